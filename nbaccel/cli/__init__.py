@@ -1,0 +1,1 @@
+"""The ``nbaccel`` command line: one module per subcommand."""

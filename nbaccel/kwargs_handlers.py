@@ -1,0 +1,75 @@
+"""Kwargs handlers: small dataclasses that carry extra arguments to torch objects."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+__all__ = ["InitProcessGroupKwargs", "KwargsHandler"]
+
+_BACKENDS = ("gloo", "nccl", "mpi", "ucc", "xccl", "hccl", "xla")
+
+
+@dataclasses.dataclass
+class KwargsHandler:
+    """Base class: :meth:`to_kwargs` returns only the fields changed from their defaults."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, as a dict."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The fields whose value differs from the default, ready to pass as ``**kwargs``."""
+        default = type(self)().to_dict()
+        return {k: v for k, v in self.to_dict().items() if default[k] != v}
+
+
+def _check_backend(backend: str) -> None:
+    parts = [p.split(":")[-1] for p in backend.split(",")] if backend else []
+    unknown = [p for p in parts if p not in _BACKENDS]
+    if not parts or unknown:
+        raise ValueError(
+            f"InitProcessGroupKwargs(backend={backend!r}) is not a known backend; use one of "
+            f"{list(_BACKENDS)} (or a 'cpu:gloo,cuda:nccl' style mapping)."
+        )
+
+
+@dataclasses.dataclass
+class InitProcessGroupKwargs(KwargsHandler):
+    """Arguments for ``torch.distributed.init_process_group``.
+
+    Args:
+        backend: process-group backend; None lets nbaccel pick (gloo on CPU, nccl on GPU).
+        init_method: rendezvous URL; None uses the launcher's ``env://`` variables.
+        timeout: how long collectives wait; a ``timedelta`` or a number of seconds.
+    """
+
+    backend: str | None = None
+    init_method: str | None = None
+    timeout: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend is not None:
+            if not isinstance(self.backend, str):
+                raise TypeError(
+                    f"InitProcessGroupKwargs(backend=...) must be a string, "
+                    f"got {type(self.backend).__name__}."
+                )
+            _check_backend(self.backend)
+        if self.init_method is not None and not isinstance(self.init_method, str):
+            raise TypeError("InitProcessGroupKwargs(init_method=...) must be a URL string.")
+        if self.timeout is not None:
+            if isinstance(self.timeout, bool) or not isinstance(
+                self.timeout, (timedelta, int, float)
+            ):
+                raise TypeError(
+                    "InitProcessGroupKwargs(timeout=...) must be a datetime.timedelta or a "
+                    f"number of seconds, got {type(self.timeout).__name__}."
+                )
+            if not isinstance(self.timeout, timedelta):
+                self.timeout = timedelta(seconds=float(self.timeout))
+            if self.timeout.total_seconds() <= 0:
+                raise ValueError(
+                    f"InitProcessGroupKwargs(timeout={self.timeout}) must be positive."
+                )

@@ -1,0 +1,155 @@
+"""AcceleratorState: the process state plus precision and the training plugins."""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from ..enums import DistributedType, PrecisionType
+from .partial import PartialState, ProcessView
+from .registry import STATE, AcceleratorRecord, current_process, reset_registry
+
+__all__ = ["AcceleratorState"]
+
+_LATER = (
+    "{what} is not supported by nbaccel yet. For sharded training pass "
+    "fsdp_plugin=FullyShardedDataParallelPlugin(...) instead."
+)
+
+
+def _refuse(what: str) -> NoReturn:
+    raise NotImplementedError(_LATER.format(what=what))
+
+
+class AcceleratorState(ProcessView):
+    """Everything :class:`PartialState` knows, plus mixed precision and the plugins in use.
+
+    All instances share the state set up by the first one. Create it (or an ``Accelerator``)
+    inside the function a launcher runs, not in the notebook's own process.
+
+    Args:
+        mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``; None takes the
+            launcher's choice (``notebook_launcher(mixed_precision=...)``), else ``"no"``.
+        cpu: run on the CPU even when an accelerator is present.
+        dynamo_plugin: a :class:`TorchDynamoPlugin` for ``torch.compile``.
+        deepspeed_plugin: not supported yet (a clear error).
+        fsdp_plugin: a ``FullyShardedDataParallelPlugin``; the job then reports
+            ``DistributedType.FSDP``.
+        torch_tp_plugin: not supported yet (a clear error).
+        megatron_lm_plugin: not supported yet (a clear error).
+        **kwargs: passed to ``torch.distributed.init_process_group``.
+    """
+
+    def __init__(
+        self,
+        mixed_precision: str | None = None,
+        cpu: bool = False,
+        dynamo_plugin: Any = None,
+        deepspeed_plugin: Any = None,
+        fsdp_plugin: Any = None,
+        torch_tp_plugin: Any = None,
+        megatron_lm_plugin: Any = None,
+        _from_accelerator: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        for name, value in (
+            ("deepspeed_plugin", deepspeed_plugin),
+            ("torch_tp_plugin", torch_tp_plugin),
+            ("megatron_lm_plugin", megatron_lm_plugin),
+        ):
+            if value is not None:
+                _refuse(f"AcceleratorState({name}=...)")
+        precision = None
+        if mixed_precision is not None:
+            precision = str(PrecisionType.parse(mixed_precision, "mixed_precision"))
+        PartialState(cpu, **kwargs)
+        record = STATE.accelerator
+        if record is None:
+            launch = current_process().launch
+            STATE.accelerator = AcceleratorRecord(
+                mixed_precision=precision or launch.mixed_precision or "no",
+                fsdp_plugin=fsdp_plugin,
+                dynamo_plugin=dynamo_plugin,
+                from_accelerator=_from_accelerator,
+            )
+            return
+        self._check_unchanged("mixed_precision", precision, record.mixed_precision)
+        self._check_unchanged("fsdp_plugin", fsdp_plugin, record.fsdp_plugin)
+        self._check_unchanged("dynamo_plugin", dynamo_plugin, record.dynamo_plugin)
+        record.from_accelerator = record.from_accelerator or _from_accelerator
+
+    @staticmethod
+    def _check_unchanged(name: str, asked: Any, current: Any) -> None:
+        if asked is not None and asked != current:
+            raise ValueError(
+                f"AcceleratorState has already been set up in this process with "
+                f"{name}={current!r}; it cannot change to {asked!r}. Pass {name} to the first "
+                "Accelerator() created in the process (inside the launched function), or call "
+                "nbaccel.testing.reset_state() first."
+            )
+
+    @property
+    def initialized(self) -> bool:
+        """True once an AcceleratorState (or Accelerator) has been created in this process."""
+        return STATE.accelerator is not None
+
+    def _record(self) -> AcceleratorRecord:
+        record = STATE.accelerator
+        if record is None:
+            raise RuntimeError(
+                "The nbaccel state was reset after this AcceleratorState was created; create "
+                "a new one."
+            )
+        return record
+
+    @property
+    def fsdp_plugin(self) -> Any:
+        """The FSDP plugin in use, or None."""
+        return self._record().fsdp_plugin
+
+    @property
+    def dynamo_plugin(self) -> Any:
+        """The ``torch.compile`` plugin in use, or None."""
+        return self._record().dynamo_plugin
+
+    @property
+    def is_fsdp2(self) -> bool:
+        """True when the FSDP plugin asks for FSDP2 (``fully_shard``)."""
+        plugin = self._record().fsdp_plugin
+        return plugin is not None and getattr(plugin, "fsdp_version", 1) == 2
+
+    @property
+    def deepspeed_plugin(self) -> None:
+        """Always None: DeepSpeed is not supported yet."""
+        return None
+
+    @property
+    def megatron_lm_plugin(self) -> None:
+        """Always None: Megatron-LM is not supported yet."""
+        return None
+
+    @property
+    def torch_tp_plugin(self) -> None:
+        """Always None: tensor parallelism is not supported yet."""
+        return None
+
+    def get_deepspeed_plugin(self, name: str) -> NoReturn:
+        """Not supported yet: raises ``NotImplementedError``."""
+        _refuse(f"get_deepspeed_plugin({name!r})")
+
+    def select_deepspeed_plugin(self, name: str | None = None) -> NoReturn:
+        """Not supported yet: raises ``NotImplementedError``."""
+        _refuse(f"select_deepspeed_plugin({name!r})")
+
+    @classmethod
+    def _reset_state(cls, reset_partial_state: bool = False) -> None:
+        if reset_partial_state:
+            reset_registry()
+        else:
+            STATE.accelerator = None
+            STATE.gradient = None
+
+
+def refuse_unsupported(distributed_type: DistributedType) -> None:
+    """Raise for distributed types that exist in the enum but that nbaccel does not run."""
+    if distributed_type in (DistributedType.DEEPSPEED, DistributedType.MEGATRON_LM):
+        _refuse(f"DistributedType.{distributed_type.name}")

@@ -1,0 +1,285 @@
+"""PartialState: where this process sits in the job, and helpers for process control."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from ..enums import DistributedType
+from ..splitting import split_for_process
+from .registry import (
+    STATE,
+    build_process_record,
+    current_process,
+    process_group_kwargs,
+    reset_registry,
+)
+
+__all__ = ["PartialState", "ProcessView"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+def _check_index(name: str, value: Any, limit: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r}).")
+    if not 0 <= value < limit:
+        raise ValueError(
+            f"{name}={value} is out of range: this job has {limit} {what} (0..{limit - 1})."
+        )
+    return value
+
+
+class ProcessView:
+    """Attributes and process-control helpers shared by PartialState and AcceleratorState."""
+
+    # -- documented attributes ---------------------------------------------------------------
+    @property
+    def initialized(self) -> bool:
+        """True once the process state has been set up."""
+        return STATE.process is not None
+
+    @property
+    def device(self) -> torch.device:
+        """The device this process computes on."""
+        return current_process().device
+
+    @property
+    def default_device(self) -> torch.device:
+        """Alias of :attr:`device`."""
+        return self.device
+
+    @property
+    def backend(self) -> str | None:
+        """The process-group backend (``gloo``, ``nccl``, ``xla``) or None on one process."""
+        return current_process().backend
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        """The kind of distributed setup in use."""
+        acc = STATE.accelerator
+        if acc is not None and acc.fsdp_plugin is not None:
+            return DistributedType.FSDP
+        return current_process().distributed_type
+
+    @property
+    def num_processes(self) -> int:
+        """Number of processes in the job."""
+        return current_process().num_processes
+
+    @property
+    def process_index(self) -> int:
+        """Global index of this process."""
+        return current_process().process_index
+
+    @property
+    def local_process_index(self) -> int:
+        """Index of this process on its machine."""
+        return current_process().local_process_index
+
+    @property
+    def local_num_processes(self) -> int:
+        """Number of processes on this machine."""
+        return current_process().local_num_processes
+
+    @property
+    def is_main_process(self) -> bool:
+        """True on the process with index 0."""
+        return self.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        """True on the first process of each machine."""
+        return self.local_process_index == 0
+
+    @property
+    def is_last_process(self) -> bool:
+        """True on the process with the highest index."""
+        return self.process_index == self.num_processes - 1
+
+    @property
+    def use_distributed(self) -> bool:
+        """True when more than one process takes part."""
+        return self.num_processes > 1
+
+    @property
+    def mixed_precision(self) -> str:
+        """``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``."""
+        acc = STATE.accelerator
+        if acc is not None:
+            return acc.mixed_precision
+        return current_process().launch.mixed_precision or "no"
+
+    @property
+    def debug(self) -> bool:
+        """True when debug mode is on (``NBACCEL_DEBUG_MODE=1``)."""
+        return current_process().launch.debug
+
+    @property
+    def fork_launched(self) -> bool:
+        """True in a worker forked by the notebook launcher."""
+        return current_process().launch.fork_launched
+
+    @property
+    def restart_count(self) -> int:
+        """How many times the group was restarted before this attempt (0 on the first)."""
+        return current_process().launch.restart_count
+
+    # -- synchronisation ---------------------------------------------------------------------
+    def wait_for_everyone(self) -> None:
+        """Block until every process reaches this point (no-op on one process)."""
+        kind = current_process().distributed_type
+        if kind == DistributedType.XLA:
+            import torch_xla.core.xla_model as xm
+
+            xm.rendezvous("nbaccel.wait_for_everyone")
+        elif kind != DistributedType.NO and dist.is_initialized():
+            dist.barrier()
+
+    @contextlib.contextmanager
+    def _goes_first(self, first: bool) -> Iterator[None]:
+        if not first:
+            self.wait_for_everyone()
+        yield
+        if first:
+            self.wait_for_everyone()
+
+    def main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        """Context manager: the main process runs the block before all others."""
+        return self._goes_first(self.is_main_process)
+
+    def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        """Context manager: each machine's first process runs the block before the others."""
+        return self._goes_first(self.is_local_main_process)
+
+    @contextlib.contextmanager
+    def split_between_processes(self, inputs: T, apply_padding: bool = False) -> Iterator[T]:
+        """Yield this process's share of ``inputs`` (list, tuple, dict or tensor).
+
+        With ``apply_padding`` every share has the same length (the last element repeats),
+        which ``gather`` needs.
+        """
+        if not isinstance(apply_padding, bool):
+            raise TypeError("split_between_processes(apply_padding=...) must be True or False.")
+        yield split_for_process(inputs, self.num_processes, self.process_index, apply_padding)
+
+    # -- decorators --------------------------------------------------------------------------
+    def _only_when(self, condition: Callable[[], bool], function: F) -> F:
+        if not callable(function):
+            raise TypeError(f"expected a function to decorate, got {type(function).__name__}.")
+
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return function(*args, **kwargs) if condition() else None
+
+        return wrapper  # type: ignore[return-value]
+
+    def on_main_process(self, function: F) -> F:
+        """Decorator: run ``function`` on the main process only."""
+        return self._only_when(lambda: self.is_main_process, function)
+
+    def on_local_main_process(self, function: F) -> F:
+        """Decorator: run ``function`` on the first process of each machine only."""
+        return self._only_when(lambda: self.is_local_main_process, function)
+
+    def on_last_process(self, function: F) -> F:
+        """Decorator: run ``function`` on the last process only."""
+        return self._only_when(lambda: self.is_last_process, function)
+
+    def on_process(self, function: Any = None, process_index: Any = None) -> Any:
+        """Decorator: run ``function`` on the process with global index ``process_index``."""
+        if process_index is None:
+            raise TypeError(
+                "on_process needs process_index=, e.g. @state.on_process(process_index=1)."
+            )
+        index = _check_index(
+            "on_process(process_index)", process_index, self.num_processes, "processes"
+        )
+        if function is None:
+            return functools.partial(self.on_process, process_index=index)
+        return self._only_when(lambda: self.process_index == index, function)
+
+    def on_local_process(self, function: Any = None, local_process_index: Any = None) -> Any:
+        """Decorator: run ``function`` on the process with this index on each machine."""
+        if local_process_index is None:
+            raise TypeError(
+                "on_local_process needs local_process_index=, "
+                "e.g. @state.on_local_process(local_process_index=0)."
+            )
+        index = _check_index(
+            "on_local_process(local_process_index)",
+            local_process_index,
+            self.local_num_processes,
+            "processes on this machine",
+        )
+        if function is None:
+            return functools.partial(self.on_local_process, local_process_index=index)
+        return self._only_when(lambda: self.local_process_index == index, function)
+
+    # -- misc --------------------------------------------------------------------------------
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the first process of each machine only."""
+        if self.is_local_main_process:
+            builtins.print(*args, **kwargs)
+
+    def set_device(self) -> None:
+        """Make :attr:`device` the current device of its kind (initialises CUDA on GPUs)."""
+        device = self.device
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+
+    def destroy_process_group(self, group: Any = None) -> None:
+        """Destroy ``group`` (the default group when None).
+
+        In a worker forked by the notebook launcher the default group belongs to the launcher,
+        which tears it down after the function returns; then this call does nothing.
+        """
+        if group is None and self.fork_launched:
+            return
+        if dist.is_initialized():
+            dist.destroy_process_group(group)
+
+    def __repr__(self) -> str:
+        return (
+            f"Distributed environment: {self.distributed_type}  Backend: {self.backend}\n"
+            f"Num processes: {self.num_processes}\n"
+            f"Process index: {self.process_index}\n"
+            f"Local process index: {self.local_process_index}\n"
+            f"Device: {self.device}\n"
+            f"Mixed precision type: {self.mixed_precision}\n"
+        )
+
+
+class PartialState(ProcessView):
+    """Where this process sits in the job, and helpers for process control.
+
+    Args:
+        cpu: run on the CPU even when an accelerator is present.
+        **kwargs: passed to ``torch.distributed.init_process_group`` (``backend``,
+            ``init_method``, ``timeout``); see :class:`InitProcessGroupKwargs`.
+    """
+
+    def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
+        if not isinstance(cpu, bool):
+            raise TypeError(f"PartialState(cpu=...) must be True or False, got {cpu!r}.")
+        if STATE.process is None:
+            STATE.process = build_process_record(cpu, dict(kwargs))
+        else:
+            process_group_kwargs(dict(kwargs))  # still reject bad arguments
+            if cpu and not STATE.process.cpu:
+                raise ValueError(
+                    "PartialState(cpu=True) was asked for, but this process's state was already "
+                    f"set up on {STATE.process.device}. Create the first PartialState or "
+                    "Accelerator with cpu=True (or restart the kernel)."
+                )
+
+    @classmethod
+    def _reset_state(cls) -> None:
+        reset_registry()
