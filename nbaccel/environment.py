@@ -33,6 +33,7 @@ __all__ = [
     "launch_variables",
     "read_launch_environment",
     "tpu_requested",
+    "user_thread_count",
     "xla_available",
     "xla_topology",
 ]
@@ -210,6 +211,12 @@ def debug_mode_requested(environ: Mapping[str, str] | None = None) -> bool:
         if env.get(name, "").strip().lower() in _TRUE:
             return True
     return False
+
+
+def user_thread_count(environ: Mapping[str, str] | None = None) -> int | None:
+    """Threads per process the user asked for with ``OMP_NUM_THREADS``, or None."""
+    count = _int_var(_environ(environ), "OMP_NUM_THREADS", default=None)
+    return count if count is not None and count > 0 else None
 
 
 def launch_variables(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +80,10 @@ class Registry:
     process: ProcessRecord | None = None
     accelerator: AcceleratorRecord | None = None
     gradient: GradientRecord | None = None
+    # Set by a launched worker: where events for the launcher go, and the worker's rank.
+    # Not cleared by reset_registry (the worker outlives any one state).
+    event_sink: Callable[[Any], None] | None = None
+    worker_rank: int = 0
 
 
 STATE = Registry()

@@ -1,0 +1,182 @@
+"""LaunchConfig: every launcher argument, validated before any process starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+from typing import Any
+
+from ..environment import cuda_device_count, debug_mode_requested
+
+__all__ = ["LaunchConfig"]
+
+_PRECISIONS = ("no", "fp16", "bf16", "fp8")
+_START_METHODS = ("auto", "fork", "spawn")
+_RDZV_BACKENDS = ("static", "c10d")
+
+
+def _int(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r}).")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        raise ValueError(f"{name}={value} is not allowed; it must be {bound}.")
+    return value
+
+
+def _number(name: str, value: Any, allow_none: bool = False) -> float | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        allowed = "a positive number of seconds" + (" or None" if allow_none else "")
+        raise TypeError(f"{name} must be {allowed}, got {type(value).__name__} ({value!r}).")
+    if value <= 0:
+        raise ValueError(f"{name}={value} is not allowed; it must be a positive number of seconds.")
+    return float(value)
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value.lower() not in allowed:
+        raise ValueError(f"{name}={value!r} is not allowed; use one of {list(allowed)}.")
+    return value.lower()
+
+
+def _port(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    return _int(name, value, 1, 65535)
+
+
+def _endpoint(value: Any) -> tuple[str, int] | None:
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str) or ":" not in value:
+        raise ValueError(
+            f"rdzv_endpoint={value!r} must look like 'host:port', e.g. '10.0.0.1:29400'."
+        )
+    host, _, port = value.rpartition(":")
+    if not host:
+        raise ValueError(f"rdzv_endpoint={value!r} has no host; use 'host:port'.")
+    parsed = _port("the port of rdzv_endpoint", port)
+    assert parsed is not None
+    return host.strip("[]"), parsed
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchConfig:
+    """The launcher's settings, checked on construction (see ``notebook_launcher``)."""
+
+    num_processes: int
+    mixed_precision: str = "no"
+    use_port: int | None = None
+    master_addr: str = "127.0.0.1"
+    node_rank: int = 0
+    num_nodes: int = 1
+    rdzv_backend: str = "static"
+    rdzv_endpoint: tuple[str, int] | None = None
+    rdzv_conf: dict[str, Any] = dataclasses.field(default_factory=dict)
+    rdzv_id: str = "none"
+    max_restarts: int = 0
+    monitor_interval: float = 0.1
+    log_line_prefix_template: str | None = None
+    start_method: str = "auto"
+    timeout: float | None = None
+    rendezvous_timeout: float = 300.0
+    cpu: bool = False
+    debug: bool = False
+
+    @property
+    def world_size(self) -> int:
+        """Processes over all machines."""
+        return self.num_processes * self.num_nodes
+
+    @property
+    def multi_node(self) -> bool:
+        """True when more than one machine takes part."""
+        return self.num_nodes > 1
+
+    @classmethod
+    def build(cls, **kwargs: Any) -> LaunchConfig:
+        """Validate raw launcher arguments; ``None`` values take their defaults."""
+        gpus = cuda_device_count()
+        cpu = kwargs.pop("cpu", None)
+        if cpu is not None and not isinstance(cpu, bool):
+            raise TypeError(f"cpu must be True or False, got {cpu!r}.")
+        cpu = bool(cpu) or gpus == 0
+        num = kwargs.pop("num_processes", None)
+        num = _int("num_processes", gpus if num is None and not cpu else (num or 1), 1)
+        if not cpu and num > gpus:
+            raise ValueError(
+                f"num_processes={num} but this machine has {gpus} GPU(s); use at most {gpus}, "
+                "or pass cpu=True to run the processes on the CPU."
+            )
+        debug = kwargs.pop("debug", None)
+        if debug is not None and not isinstance(debug, bool):
+            raise TypeError(f"debug must be True, False or None, got {debug!r}.")
+        return cls(
+            num_processes=num,
+            cpu=cpu,
+            debug=debug_mode_requested() if debug is None else debug,
+            **cls._checked(kwargs),
+        )
+
+    @staticmethod
+    def _checked(raw: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        precision = raw.get("mixed_precision") or "no"
+        out["mixed_precision"] = _choice("mixed_precision", precision, _PRECISIONS)
+        out["use_port"] = _port("use_port", raw.get("use_port"))
+        addr = raw.get("master_addr") or "127.0.0.1"
+        if not isinstance(addr, str) or not addr.strip():
+            raise ValueError(f"master_addr={addr!r} must be a host name or IP address.")
+        out["master_addr"] = addr.strip()
+        out["num_nodes"] = _int("num_nodes", raw.get("num_nodes", 1), 1)
+        out["node_rank"] = _int("node_rank", raw.get("node_rank", 0), 0, out["num_nodes"] - 1)
+        out["rdzv_backend"] = _choice(
+            "rdzv_backend", raw.get("rdzv_backend", "static"), _RDZV_BACKENDS
+        )
+        out["rdzv_endpoint"] = _endpoint(raw.get("rdzv_endpoint"))
+        conf = raw.get("rdzv_conf") or {}
+        if not isinstance(conf, dict):
+            raise TypeError(f"rdzv_conf must be a dict or None, got {type(conf).__name__}.")
+        out["rdzv_conf"] = dict(conf)
+        rdzv_id = raw.get("rdzv_id", "none")
+        if not isinstance(rdzv_id, str) or not rdzv_id:
+            raise ValueError(f"rdzv_id={rdzv_id!r} must be a non-empty string.")
+        out["rdzv_id"] = rdzv_id
+        out["max_restarts"] = _int("max_restarts", raw.get("max_restarts", 0), 0)
+        out["monitor_interval"] = _number("monitor_interval", raw.get("monitor_interval", 0.1))
+        out["timeout"] = _number("timeout", raw.get("timeout"), allow_none=True)
+        out["rendezvous_timeout"] = _number(
+            "rendezvous_timeout", raw.get("rendezvous_timeout", 300.0)
+        )
+        out["start_method"] = _choice(
+            "start_method", raw.get("start_method", "auto"), _START_METHODS
+        )
+        if out["start_method"] == "fork" and "fork" not in multiprocessing.get_all_start_methods():
+            raise ValueError("start_method='fork' is not available on this platform; use 'spawn'.")
+        template = raw.get("log_line_prefix_template")
+        if template is not None:
+            from .output import validate_prefix_template
+
+            validate_prefix_template(template)
+        out["log_line_prefix_template"] = template
+        if out["num_nodes"] > 1 and out["use_port"] is None and out["rdzv_endpoint"] is None:
+            raise ValueError(
+                f"num_nodes={out['num_nodes']}: the machines must agree on a port, so pass "
+                "use_port= (with master_addr=) or rdzv_endpoint='host:port' on every machine."
+            )
+        if out["rdzv_backend"] == "static" and out["rdzv_endpoint"] and out["use_port"] is None:
+            out["master_addr"], out["use_port"] = out["rdzv_endpoint"]
+        return out
+
+    def threads_per_process(self, user_threads: int | None) -> int | None:
+        """torch threads per worker so that processes don't oversubscribe the cores."""
+        if user_threads is not None:
+            return user_threads
+        if self.cpu:
+            return max(1, (os.cpu_count() or 1) // self.num_processes)
+        return None

@@ -1,0 +1,216 @@
+"""Worker failures: what each rank did, which rank failed first, and the error the cell raises."""
+
+from __future__ import annotations
+
+import re
+import signal
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+__all__ = [
+    "LaunchTimeoutError",
+    "RankFate",
+    "RemoteException",
+    "WorkerError",
+    "build_error",
+    "capture_exception",
+    "format_fates",
+    "root_cause",
+]
+
+# Messages that a rank raises only because a peer went away: never reported as the cause.
+_PEER_LOSS = re.compile(
+    r"connection (closed|reset)|broken pipe|peer|recvBytes|sendBytes|Socket Timeout|"
+    r"DistNetworkError|DistBackendError|communicator was aborted|ProcessGroupGloo|"
+    r"gloo/transport|Connection refused|timed out waiting",
+    re.IGNORECASE,
+)
+
+
+@dataclass
+class RemoteException:
+    """An exception raised in a worker, in a form that always crosses the process boundary."""
+
+    type_name: str
+    message: str
+    traceback: str
+    pickled: bytes | None
+    when: float
+
+    def rebuild(self) -> BaseException | None:
+        """The original exception object, or None when it cannot be re-created here."""
+        if self.pickled is None:
+            return None
+        try:
+            exc = cloudpickle.loads(self.pickled)
+        except Exception:
+            return None
+        return exc if isinstance(exc, BaseException) else None
+
+    @property
+    def looks_like_peer_loss(self) -> bool:
+        """True when the error reads like a symptom of another rank dying."""
+        return bool(_PEER_LOSS.search(f"{self.type_name}: {self.message}"))
+
+
+def capture_exception(exc: BaseException, when: float) -> RemoteException:
+    """Describe ``exc`` (raised in this worker) for the parent."""
+    kind = type(exc)
+    name = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+    try:
+        pickled: bytes | None = cloudpickle.dumps(exc)
+    except Exception:
+        pickled = None
+    text = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
+    return RemoteException(name, str(exc), text, pickled, when)
+
+
+@dataclass
+class RankFate:
+    """What became of one rank.
+
+    ``state`` is one of ``"returned"``, ``"raised"``, ``"exited"`` (non-zero exit code without
+    an exception), ``"signalled"`` (killed by a signal it was not sent by the launcher),
+    ``"stopped"`` (stopped by the launcher after another rank failed), ``"timed out"`` or
+    ``"running"``.
+    """
+
+    rank: int
+    local_rank: int
+    state: str = "running"
+    exit_code: int | None = None
+    error: RemoteException | None = None
+    when: float | None = None
+
+    @property
+    def signal_name(self) -> str | None:
+        """The signal that ended the process, if one did."""
+        if self.exit_code is None or self.exit_code >= 0:
+            return None
+        try:
+            return signal.Signals(-self.exit_code).name
+        except ValueError:
+            return f"signal {-self.exit_code}"
+
+    @property
+    def failed(self) -> bool:
+        """True when this rank failed by itself (not stopped by the launcher)."""
+        return self.state in ("raised", "exited", "signalled")
+
+    def describe(self) -> str:
+        """One line for the fate table."""
+        if self.state == "returned":
+            return "returned"
+        if self.state == "raised" and self.error is not None:
+            first = self.error.message.splitlines()[0] if self.error.message else ""
+            return f"raised {self.error.type_name}: {first}"[:160]
+        if self.state == "signalled":
+            hint = " (out of memory?)" if self.signal_name == "SIGKILL" else ""
+            return f"killed by {self.signal_name}{hint}"
+        if self.state == "exited":
+            return f"exited with code {self.exit_code}"
+        if self.state == "stopped":
+            return "stopped by the launcher after another rank failed"
+        return self.state
+
+
+def format_fates(fates: list[RankFate]) -> str:
+    """A table with one line per rank."""
+    return "\n".join(f"  rank {f.rank:>3} (local {f.local_rank}): {f.describe()}" for f in fates)
+
+
+def root_cause(fates: list[RankFate]) -> RankFate | None:
+    """The rank that failed first; failures that read as a peer's death come last."""
+    failed = [f for f in fates if f.failed]
+    if not failed:
+        return None
+
+    def key(fate: RankFate) -> tuple[int, float, int]:
+        symptom = fate.error is not None and fate.error.looks_like_peer_loss
+        return (
+            1 if symptom else 0,
+            fate.when if fate.when is not None else float("inf"),
+            fate.rank,
+        )
+
+    return min(failed, key=key)
+
+
+class WorkerError(RuntimeError):
+    """A launched rank failed.
+
+    Attributes:
+        rank: global rank that failed first.
+        local_rank: its index on this machine.
+        type_name: the exception's type name, or the signal / exit code.
+        message: the exception's message.
+        remote_traceback: the traceback as formatted in the worker.
+        fates: what became of every rank on this machine.
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        local_rank: int,
+        type_name: str,
+        message: str,
+        remote_traceback: str = "",
+        fates: list[RankFate] | None = None,
+    ) -> None:
+        self.rank = rank
+        self.local_rank = local_rank
+        self.type_name = type_name
+        self.message = message
+        self.remote_traceback = remote_traceback
+        self.fates = list(fates or [])
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        lines = [f"rank {self.rank} failed: {self.type_name}: {self.message}"]
+        if self.remote_traceback:
+            lines += ["", f"Traceback on rank {self.rank}:", self.remote_traceback.rstrip()]
+        if self.fates:
+            lines += ["", "Every rank on this machine:", format_fates(self.fates)]
+        return "\n".join(lines)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args = (self.rank, self.local_rank, self.type_name, self.message, self.remote_traceback)
+        return (type(self), (*args, self.fates))
+
+
+class LaunchTimeoutError(WorkerError, TimeoutError):
+    """Ranks were still running when the launcher's ``timeout`` ran out."""
+
+
+def build_error(cause: RankFate, fates: list[RankFate]) -> BaseException:
+    """The exception the cell raises for ``cause``.
+
+    The original exception is re-created with its own type where possible, with a
+    :class:`WorkerError` (rank, remote traceback, fate table) as its ``__cause__``; otherwise
+    the :class:`WorkerError` itself.
+    """
+    if cause.error is not None:
+        err = cause.error
+        worker_error = WorkerError(
+            cause.rank, cause.local_rank, err.type_name, err.message, err.traceback, fates
+        )
+        original = err.rebuild()
+        if original is None:
+            return worker_error
+        original.__cause__ = worker_error
+        original.__traceback__ = None
+        if hasattr(original, "add_note"):
+            original.add_note(f"(raised on rank {cause.rank}; see the WorkerError above)")
+        return original
+    if cause.state == "signalled":
+        kind, message = str(cause.signal_name), f"rank {cause.rank} was {cause.describe()}"
+    else:
+        kind, message = "exit", f"rank {cause.rank} {cause.describe()} before returning a result"
+    return WorkerError(cause.rank, cause.local_rank, kind, message, "", fates)

@@ -1,0 +1,81 @@
+"""Worker -> parent messages: rank state changes, progress and metrics.
+
+Workers call :func:`emit` (or the helpers below); the launcher forwards every event to the
+``on_event`` callback given to ``notebook_launcher`` in the notebook's own process, which is
+where widgets can be drawn. Outside a launched worker, :func:`emit` does nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..state.registry import STATE
+
+__all__ = [
+    "Event",
+    "MetricsEvent",
+    "ProgressEvent",
+    "RankStateEvent",
+    "emit",
+    "report_metrics",
+    "report_progress",
+]
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of every event: which rank sent it and when."""
+
+    rank: int
+    time: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class RankStateEvent(Event):
+    """A rank changed state: ``starting``, ``running``, ``returned`` or ``failed``."""
+
+    state: str = "running"
+    restart_count: int = 0
+
+
+@dataclass(frozen=True)
+class ProgressEvent(Event):
+    """Progress of a loop on a rank (``n`` of ``total`` steps)."""
+
+    n: int = 0
+    total: int | None = None
+    desc: str = ""
+
+
+@dataclass(frozen=True)
+class MetricsEvent(Event):
+    """Scalar metrics logged on a rank at ``step``."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    step: int | None = None
+
+
+def emit(event: Event) -> bool:
+    """Send ``event`` to the launcher's parent process. False when not in a launched worker."""
+    sink = STATE.event_sink
+    if sink is None:
+        return False
+    sink(event)
+    return True
+
+
+def _rank() -> int:
+    process = STATE.process
+    return process.process_index if process is not None else STATE.worker_rank
+
+
+def report_progress(n: int, total: int | None = None, desc: str = "") -> bool:
+    """Report loop progress from this rank."""
+    return emit(ProgressEvent(rank=_rank(), n=n, total=total, desc=desc))
+
+
+def report_metrics(values: dict[str, float], step: int | None = None) -> bool:
+    """Report scalar metrics from this rank."""
+    clean = {str(k): float(v) for k, v in values.items()}
+    return emit(MetricsEvent(rank=_rank(), values=clean, step=step))
