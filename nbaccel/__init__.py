@@ -2,6 +2,8 @@
 
 from .enums import DistributedType, DynamoBackend, LoggerType, PrecisionType, RNGType
 from .kwargs_handlers import InitProcessGroupKwargs, KwargsHandler
+from .launch.errors import WorkerError
+from .launch.notebook import debug_launcher, notebook_launcher
 from .plugins import GradientAccumulationPlugin, TorchDynamoPlugin
 from .seeding import set_seed
 from .state import AcceleratorState, GradientState, PartialState
@@ -21,6 +23,9 @@ __all__ = [
     "PrecisionType",
     "RNGType",
     "TorchDynamoPlugin",
+    "WorkerError",
     "__version__",
+    "debug_launcher",
+    "notebook_launcher",
     "set_seed",
 ]

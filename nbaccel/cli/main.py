@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from . import env
+from . import demo, env
 
 __all__ = ["build_parser", "main"]
 
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nbaccel", description=__doc__)
     parser.add_argument("--version", action="version", version=f"nbaccel {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    demo.add_parser(subparsers)
     env.add_parser(subparsers)
     return parser
 
