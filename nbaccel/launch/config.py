@@ -7,7 +7,7 @@ import multiprocessing
 import os
 from typing import Any
 
-from ..environment import cuda_device_count, debug_mode_requested
+from ..environment import cuda_device_count, debug_mode_requested, xla_available
 
 __all__ = ["LaunchConfig"]
 
@@ -85,8 +85,13 @@ class LaunchConfig:
     start_method: str = "auto"
     timeout: float | None = None
     rendezvous_timeout: float = 300.0
-    cpu: bool = False
+    accelerator: str = "cpu"
     debug: bool = False
+
+    @property
+    def cpu(self) -> bool:
+        """True when the workers run on the CPU (gloo)."""
+        return self.accelerator == "cpu"
 
     @property
     def world_size(self) -> int:
@@ -105,10 +110,14 @@ class LaunchConfig:
         cpu = kwargs.pop("cpu", None)
         if cpu is not None and not isinstance(cpu, bool):
             raise TypeError(f"cpu must be True or False, got {cpu!r}.")
-        cpu = bool(cpu) or gpus == 0
+        accelerator = "cpu" if cpu or (gpus == 0 and not xla_available()) else "cuda"
+        if accelerator == "cuda" and gpus == 0:
+            accelerator = "xla"
         num = kwargs.pop("num_processes", None)
-        num = _int("num_processes", gpus if num is None and not cpu else (num or 1), 1)
-        if not cpu and num > gpus:
+        if num is None:
+            num = {"cuda": gpus, "xla": 8}.get(accelerator, 1)
+        num = _int("num_processes", num, 1)
+        if accelerator == "cuda" and num > gpus:
             raise ValueError(
                 f"num_processes={num} but this machine has {gpus} GPU(s); use at most {gpus}, "
                 "or pass cpu=True to run the processes on the CPU."
@@ -118,7 +127,7 @@ class LaunchConfig:
             raise TypeError(f"debug must be True, False or None, got {debug!r}.")
         return cls(
             num_processes=num,
-            cpu=cpu,
+            accelerator=accelerator,
             debug=debug_mode_requested() if debug is None else debug,
             **cls._checked(kwargs),
         )

@@ -12,7 +12,7 @@ from typing import Any
 import cloudpickle
 import torch.distributed as dist
 
-from ..environment import launch_variables, user_thread_count, xla_available
+from ..environment import launch_variables, user_thread_count
 from ..state.registry import STATE, reset_registry
 from .config import LaunchConfig
 from .errors import LaunchTimeoutError, build_error, format_fates, root_cause
@@ -92,7 +92,7 @@ def notebook_launcher(
     )
     _refuse_existing_state()
     call_args, call_kwargs = tuple(args), dict(kwargs or {})
-    if xla_available() and not config.cpu:
+    if config.accelerator == "xla":
         from .xla import launch_xla
 
         return launch_xla(function, call_args, call_kwargs, config)
@@ -199,7 +199,7 @@ def _run_here(
 
 
 def _worker_env(
-    config: LaunchConfig, rank: int, local_rank: int, port: int, attempt: int
+    config: LaunchConfig, rank: int, local_rank: int, port: int, attempt: int, forked: bool
 ) -> dict[str, str]:
     env = launch_variables(
         rank=rank,
@@ -210,7 +210,7 @@ def _worker_env(
         master_addr=config.master_addr if config.multi_node else LOOPBACK,
         master_port=port,
         restart_count=attempt,
-        fork_launched=False,
+        fork_launched=forked,
         mixed_precision=config.mixed_precision,
         debug=config.debug,
         use_cpu=config.cpu,
@@ -247,6 +247,42 @@ def _run_attempt(
             host.close()
 
 
+def _build_specs(
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    config: LaunchConfig,
+    method: str,
+    attempt: int,
+    port: int,
+    ranks: dict[int, int],
+    relay: OutputRelay,
+) -> list[WorkerSpec]:
+    threads = config.threads_per_process(user_thread_count())
+    specs = []
+    for local_rank, rank in ranks.items():
+        out_fd, err_fd = relay.child_fds(local_rank)
+        specs.append(
+            WorkerSpec(
+                function=function,
+                args=args,
+                kwargs=kwargs,
+                rank=rank,
+                local_rank=local_rank,
+                env=_worker_env(config, rank, local_rank, port, attempt, method == "fork"),
+                stdout_fd=out_fd,
+                stderr_fd=err_fd,
+                result_fd=-1,
+                start_method=method,
+                parent_pid=os.getpid(),
+                num_threads=threads,
+                sys_path=list(sys.path),
+                cwd=os.getcwd(),
+            )
+        )
+    return specs
+
+
 def _run_group(
     function: Callable[..., Any],
     args: tuple[Any, ...],
@@ -265,35 +301,18 @@ def _run_group(
         )
         for lr, r in ranks.items()
     }
-    threads = config.threads_per_process(user_thread_count())
-    with OutputRelay(prefixes) as relay:
-        specs = []
-        for lr, rank in ranks.items():
-            out_fd, err_fd = relay.child_fds(lr)
-            env = _worker_env(config, rank, lr, port, attempt)
-            env["NBACCEL_FORK_LAUNCHED"] = "1" if method == "fork" else "0"
-            specs.append(
-                WorkerSpec(
-                    function=function,
-                    args=args,
-                    kwargs=kwargs,
-                    rank=rank,
-                    local_rank=lr,
-                    env=env,
-                    stdout_fd=out_fd,
-                    stderr_fd=err_fd,
-                    result_fd=-1,
-                    start_method=method,
-                    parent_pid=os.getpid(),
-                    num_threads=threads,
-                    sys_path=list(sys.path),
-                    cwd=os.getcwd(),
-                )
-            )
+    relay = OutputRelay(prefixes)
+    try:
+        specs = _build_specs(function, args, kwargs, config, method, attempt, port, ranks, relay)
         group = WorkerGroup(specs, on_event, config.monitor_interval, config.timeout)
-        group.start()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        group.start()  # fork before the relay's reader thread exists
         relay.close_child_ends()
+        relay.start()
         outcome = group.run()
+    finally:
+        relay.close()
     if outcome.timed_out:
         late = [f.rank for f in outcome.fates if f.state == "timed out"]
         raise LaunchTimeoutError(

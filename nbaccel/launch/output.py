@@ -1,0 +1,352 @@
+"""Per-rank output capture and rank-prefixed, line-whole streaming to the parent's streams."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import selectors
+import string
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+__all__ = [
+    "DEFAULT_PREFIX_TEMPLATE",
+    "PREFIX_PLACEHOLDERS",
+    "OutputRelay",
+    "format_prefix",
+    "redirect_child_output",
+    "validate_prefix_template",
+]
+
+DEFAULT_PREFIX_TEMPLATE = "[rank${rank}]: "
+PREFIX_PLACEHOLDERS = ("rank", "local_rank", "node_rank", "role_name")
+
+_CHUNK = 64 * 1024
+_POLL_S = 0.05
+_MAX_DRAIN_READS = 64
+# A line ends at "\n", at "\r\n", or at a lone "\r" (progress bars redraw with "\r").
+_LINE_END = re.compile(rb"\r\n|\n|\r")
+# Streams replaced by redirect_child_output: kept alive so that their finalisers never close
+# the fds 1 and 2 that now lead into the relay's pipes.
+_REPLACED_STREAMS: list[Any] = []
+
+
+def _allowed_text() -> str:
+    return ", ".join("${" + name + "}" for name in PREFIX_PLACEHOLDERS)
+
+
+def validate_prefix_template(template: object) -> None:
+    """Check a ``log_line_prefix_template`` before anything is started.
+
+    Args:
+        template: A ``string.Template`` string using ``${rank}``, ``${local_rank}``,
+            ``${node_rank}`` and ``${role_name}`` (torchrun's names), or None for the default.
+
+    Raises:
+        TypeError: If ``template`` is neither a str nor None.
+        ValueError: If it names an unknown placeholder or has a malformed ``$``.
+    """
+    if template is None:
+        return
+    if not isinstance(template, str):
+        raise TypeError(
+            f"log_line_prefix_template must be a str or None, not {type(template).__name__}; "
+            f"it may use the placeholders {_allowed_text()}"
+        )
+    sample = dict.fromkeys(PREFIX_PLACEHOLDERS, "0")
+    try:
+        string.Template(template).substitute(sample)
+    except KeyError as err:
+        raise ValueError(
+            f"log_line_prefix_template {template!r} uses the unknown placeholder "
+            f"${{{err.args[0]}}}; allowed placeholders: {_allowed_text()} (write $$ for a "
+            "literal $)"
+        ) from None
+    except ValueError as err:
+        raise ValueError(
+            f"log_line_prefix_template {template!r} is malformed ({err}); allowed "
+            f"placeholders: {_allowed_text()} (write $$ for a literal $)"
+        ) from None
+
+
+def format_prefix(
+    template: str | None,
+    *,
+    rank: int,
+    local_rank: int,
+    node_rank: int = 0,
+    role_name: str = "default",
+) -> str:
+    """Build the prefix put before every line of one rank.
+
+    Args:
+        template: ``log_line_prefix_template``; None means ``DEFAULT_PREFIX_TEMPLATE``.
+        rank: Global rank.
+        local_rank: Rank on this node.
+        node_rank: Rank of this node.
+        role_name: Role name (torchrun's ``role_name``).
+
+    Returns:
+        The prefix, e.g. ``"[rank1]: "``.
+
+    Raises:
+        TypeError: If ``template`` is neither a str nor None.
+        ValueError: If ``template`` is malformed or names an unknown placeholder.
+    """
+    validate_prefix_template(template)
+    chosen = DEFAULT_PREFIX_TEMPLATE if template is None else template
+    return string.Template(chosen).substitute(
+        rank=rank, local_rank=local_rank, node_rank=node_rank, role_name=role_name
+    )
+
+
+class _Pipe:
+    """One captured stream of one rank: its pipe ends and its unfinished line."""
+
+    def __init__(self, prefix: str, stream: TextIO) -> None:
+        self.read_fd, write_fd = os.pipe()
+        self.write_fd: int | None = write_fd
+        self.prefix = prefix
+        self.stream = stream
+        self.pending = bytearray()
+        self.eof = False
+
+    def take_lines(self, data: bytes, final: bool) -> str:
+        """Append ``data``; return every finished segment, prefixed and newline-terminated."""
+        buf = self.pending
+        scan_from = max(len(buf) - 1, 0)  # the old tail holds no line end, bar a final "\r"
+        buf.extend(data)
+        out: list[str] = []
+        start = 0
+        for match in _LINE_END.finditer(buf, scan_from):
+            end = match.end()
+            if not final and end == len(buf) and match.group() == b"\r":
+                break  # might be the first half of "\r\n": wait for more
+            segment = buf[start : match.start()]
+            start = end
+            if segment or match.group() != b"\r":
+                out.append(self.prefix + segment.decode("utf-8", "replace") + "\n")
+        del buf[:start]
+        if final and buf:
+            out.append(self.prefix + buf.decode("utf-8", "replace") + "\n")
+            buf.clear()
+        return "".join(out)
+
+
+class OutputRelay:
+    """Capture every local rank's stdout and stderr and stream them, prefixed, to the parent.
+
+    Each rank gets two pipes. One daemon thread reads all of them and writes only complete
+    lines (a lone ``"\\r"`` also ends a line, so progress bars show), each prefixed, to the
+    parent's streams, so lines of different ranks never interleave.
+
+    Args:
+        prefixes: Local rank -> prefix string (see :func:`format_prefix`).
+        stdout: Where the ranks' stdout goes; default ``sys.stdout`` as it is now (in a
+            Jupyter kernel, the running cell's stream).
+        stderr: Where the ranks' stderr goes; default ``sys.stderr`` as it is now.
+    """
+
+    def __init__(
+        self,
+        prefixes: Mapping[int, str],
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+    ) -> None:
+        self._stdout: TextIO = sys.stdout if stdout is None else stdout
+        self._stderr: TextIO = sys.stderr if stderr is None else stderr
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._selector: selectors.BaseSelector | None = None
+        self._closed = False
+        self._pipes: dict[int, tuple[_Pipe, _Pipe]] = {}
+        try:
+            for local_rank, prefix in prefixes.items():
+                self._pipes[local_rank] = (
+                    _Pipe(prefix, self._stdout),
+                    _Pipe(prefix, self._stderr),
+                )
+        except BaseException:
+            self._close_fds()
+            raise
+
+    def _all_pipes(self) -> list[_Pipe]:
+        return [pipe for pair in self._pipes.values() for pipe in pair]
+
+    def child_fds(self, local_rank: int) -> tuple[int, int]:
+        """Return the write ends ``(stdout_fd, stderr_fd)`` that rank ``local_rank`` writes to.
+
+        Raises:
+            KeyError: If the rank has no pipes.
+            RuntimeError: If the write ends were already closed in this process.
+        """
+        out, err = self._pipes[local_rank]
+        if out.write_fd is None or err.write_fd is None:
+            raise RuntimeError(
+                f"the output pipes of local rank {local_rank} were already closed in this "
+                "process; start the children before close_child_ends()"
+            )
+        return out.write_fd, err.write_fd
+
+    def redirect_forked_child(self, local_rank: int) -> None:
+        """In a forked child: close every relay fd but this rank's, then redirect 1 and 2.
+
+        Without this, a forked rank keeps copies of the other ranks' write ends and of every
+        read end (so their EOF waits for this rank too). The relay object is inert afterwards.
+        """
+        keep = self.child_fds(local_rank)
+        self._closed = True  # the child must never close or join anything of the parent's
+        for pipe in self._all_pipes():
+            for fd in (pipe.read_fd, pipe.write_fd):
+                if fd is not None and fd not in keep:
+                    os.close(fd)
+        redirect_child_output(*keep)
+
+    def start(self) -> None:
+        """Start the reader thread (once); lines are streamed from now on."""
+        if self._thread is not None or self._closed:
+            return
+        self._selector = selectors.DefaultSelector()
+        for pipe in self._all_pipes():
+            os.set_blocking(pipe.read_fd, False)
+            self._selector.register(pipe.read_fd, selectors.EVENT_READ, pipe)
+        self._thread = threading.Thread(target=self._run, name="nbaccel-output-relay", daemon=True)
+        self._thread.start()
+
+    def close_child_ends(self) -> None:
+        """Close the parent's copies of the write ends (after the children started)."""
+        for pipe in self._all_pipes():
+            if pipe.write_fd is not None:
+                os.close(pipe.write_fd)
+                pipe.write_fd = None
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Finish streaming and release every fd; call after all children exited.
+
+        Waits up to ``timeout`` seconds for EOF on every pipe (a grandchild may still hold
+        one), emits what is left (a trailing partial line gets a newline) and closes all fds.
+        Idempotent.
+        """
+        if self._closed:
+            return
+        self.close_child_ends()
+        self.start()
+        self._closed = True
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            self._stop.set()
+            thread.join(max(1.0, 20 * _POLL_S))
+            if thread.is_alive():
+                # Stuck writing to the parent stream: closing fds under it could make it read
+                # from an unrelated file that reuses the number, so leave them to the process.
+                return
+        self._close_fds()
+
+    def _close_fds(self) -> None:
+        self.close_child_ends()
+        if self._selector is not None:
+            self._selector.close()
+            self._selector = None
+        for pipe in self._all_pipes():
+            if pipe.read_fd >= 0:
+                os.close(pipe.read_fd)
+                pipe.read_fd = -1
+
+    def __enter__(self) -> OutputRelay:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _run(self) -> None:
+        selector = self._selector
+        assert selector is not None
+        open_pipes = len(self._all_pipes())
+        try:
+            while open_pipes and not self._stop.is_set():
+                for key, _ in selector.select(_POLL_S):
+                    pipe: _Pipe = key.data
+                    self._read(pipe, max_reads=1)
+                    if pipe.eof:
+                        selector.unregister(pipe.read_fd)
+                        open_pipes -= 1
+        finally:
+            for pipe in self._all_pipes():
+                if not pipe.eof:
+                    self._read(pipe, max_reads=_MAX_DRAIN_READS)
+                    self._emit(pipe, pipe.take_lines(b"", final=True))
+
+    def _read(self, pipe: _Pipe, max_reads: int) -> None:
+        for _ in range(max_reads):
+            try:
+                data = os.read(pipe.read_fd, _CHUNK)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:
+                pipe.eof = True
+            self._emit(pipe, pipe.take_lines(data, final=pipe.eof))
+            if pipe.eof:
+                return
+
+    def _emit(self, pipe: _Pipe, text: str) -> None:
+        if not text:
+            return
+        with self._lock:
+            try:
+                pipe.stream.write(text)
+                pipe.stream.flush()
+            except Exception:  # a broken parent stream must not stop the draining
+                pass
+
+
+def _flush_quietly(stream: object) -> None:
+    # Only real file streams: an ipykernel OutStream inherited by a forked child would send
+    # the parent's pending text again (or block on a lock held by a parent thread).
+    if isinstance(stream, io.TextIOWrapper):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _open_std(fd: int) -> io.TextIOWrapper:
+    raw = io.FileIO(fd, "w", closefd=False)
+    return io.TextIOWrapper(
+        io.BufferedWriter(raw),
+        encoding="utf-8",
+        errors="backslashreplace",
+        line_buffering=True,
+        write_through=True,
+    )
+
+
+def redirect_child_output(stdout_fd: int, stderr_fd: int) -> None:
+    """Send this process's fds 1 and 2, and ``sys.stdout``/``sys.stderr``, into the pipes.
+
+    Call first thing in a worker process, forked or spawned. Afterwards Python ``print``,
+    ``os.write(1, ...)`` and C-level ``printf`` all reach the relay.
+
+    Args:
+        stdout_fd: Write end for stdout (closed here unless it is 1 or 2).
+        stderr_fd: Write end for stderr (closed here unless it is 1 or 2).
+    """
+    _flush_quietly(sys.stdout)
+    _flush_quietly(sys.stderr)
+    os.dup2(stdout_fd, 1)
+    os.dup2(stderr_fd, 2)
+    for fd in {stdout_fd, stderr_fd} - {1, 2}:
+        os.close(fd)
+    old = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+    _REPLACED_STREAMS.extend(stream for stream in old if stream is not None)
+    sys.stdout = _open_std(1)
+    sys.stderr = _open_std(2)
+    sys.__stdout__ = sys.stdout  # type: ignore[misc]  # typeshed marks these Final
+    sys.__stderr__ = sys.stderr  # type: ignore[misc]

@@ -1,0 +1,86 @@
+"""The TPU path, through a stand-in torch_xla package (no TPU or torch_xla build here).
+
+The stand-in in tests/fixtures/fake_torch_xla records every call nbaccel makes and forks
+four CPU "cores"; what is asserted is nbaccel's side: which spawn it calls with which
+arguments, that the workers' state reports DistributedType.XLA, and that torch_xla is never
+imported when no TPU is requested.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.multiprocess
+
+FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fake_torch_xla"
+
+SCRIPT = """
+import sys, json
+from nbaccel import notebook_launcher, PartialState
+from nbaccel.utils import DistributedType
+
+def work(scale):
+    state = PartialState()
+    state.wait_for_everyone()
+    if "{fail}" == "yes" and state.process_index == 2:
+        raise KeyError("core 2 failed")
+    return [str(state.distributed_type), state.distributed_type == DistributedType.TPU,
+            state.process_index, state.num_processes, str(state.device), scale,
+            state.mixed_precision]
+
+out = notebook_launcher(work, (7,), mixed_precision="bf16")
+print("RESULT " + json.dumps(out))
+print("XLA_IMPORTED", "torch_xla" in sys.modules)
+"""
+
+
+def _run(tmp_path: Path, tpu: bool, fail: bool = False) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+    log = tmp_path / "calls.jsonl"
+    env = dict(os.environ, PYTHONPATH=f"{FAKE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    env["FAKE_TORCH_XLA_LOG"] = str(log)
+    env.pop("PJRT_DEVICE", None)
+    env.pop("TPU_NAME", None)
+    if tpu:
+        env["PJRT_DEVICE"] = "TPU"
+    code = SCRIPT.replace("{fail}", "yes" if fail else "no")
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return proc, calls
+
+
+def test_tpu_launch_goes_through_xla_spawn_and_workers_see_xla(tmp_path: Path) -> None:
+    proc, calls = _run(tmp_path, tpu=True)
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    results = json.loads(line[len("RESULT ") :])
+    assert [r[2] for r in results] == [0, 1, 2, 3]
+    for index, (kind, is_tpu, rank, world, device, scale, precision) in enumerate(results):
+        assert (kind, is_tpu, rank, world, scale, precision) == ("XLA", True, index, 4, 7, "bf16")
+        assert device == "cpu"  # the stand-in's "XLA device"
+    spawns = [c for c in calls if c["call"] == "spawn"]
+    assert len(spawns) == 1
+    assert spawns[0]["start_method"] == "fork" and spawns[0]["nprocs"] is None
+    assert sum(c["call"] == "rendezvous" for c in calls) == 4  # wait_for_everyone on 4 cores
+    assert "Launching on TPU" in proc.stdout
+
+
+def test_failing_tpu_core_raises_its_own_exception(tmp_path: Path) -> None:
+    proc, _ = _run(tmp_path, tpu=True, fail=True)
+    assert proc.returncode != 0
+    assert "KeyError" in proc.stderr and "core 2 failed" in proc.stderr
+    assert "rank 2 failed" in proc.stderr
+
+
+def test_off_tpu_torch_xla_is_never_imported(tmp_path: Path) -> None:
+    proc, calls = _run(tmp_path, tpu=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "XLA_IMPORTED False" in proc.stdout
+    assert calls == []
