@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from .errors import LaunchTimeoutError, build_error, format_fates, root_cause
 from .guard import check_fork_safe, cuda_initialized, install_cuda_init_tracer
 from .output import OutputRelay, format_prefix
 from .processes import WorkerGroup
-from .rendezvous import LOOPBACK, StoreHost, join_nodes
+from .rendezvous import LOOPBACK, C10dRendezvous, StoreHost, join_nodes
 from .spec import WorkerSpec
 
 __all__ = ["debug_launcher", "notebook_launcher"]
@@ -230,16 +231,30 @@ def _run_attempt(
     attempt: int,
     on_event: Callable[[Any], None] | None,
 ) -> list[Any]:
-    pg_timeout = timedelta(seconds=config.rendezvous_timeout)
+    wait_for = timedelta(seconds=config.rendezvous_timeout)
+    if config.multi_node and config.rdzv_backend == "c10d":
+        endpoint = config.rdzv_endpoint or (config.master_addr, int(config.use_port or 0))
+        rdzv = C10dRendezvous(
+            endpoint, config.rdzv_id, config.num_nodes, config.rdzv_conf, wait_for
+        )
+        try:
+            joined = dataclasses.replace(
+                config, node_rank=rdzv.node_rank, master_addr=rdzv.master_addr
+            )
+            return _run_group(
+                function, args, kwargs, joined, method, attempt, rdzv.master_port, on_event
+            )
+        finally:
+            rdzv.close()
     host: StoreHost | None = None
     if config.node_rank == 0:
         bind = LOOPBACK if not config.multi_node else "0.0.0.0"
-        host = StoreHost(bind, config.use_port or 0, config.world_size, pg_timeout)
+        host = StoreHost(bind, config.use_port or 0, config.world_size, wait_for)
     port = host.port if host is not None else int(config.use_port or 0)
     try:
         if config.multi_node:
             join_nodes(
-                config.master_addr, port, config.node_rank, config.num_nodes, pg_timeout, attempt
+                config.master_addr, port, config.node_rank, config.num_nodes, wait_for, attempt
             )
         return _run_group(function, args, kwargs, config, method, attempt, port, on_event)
     finally:

@@ -11,13 +11,15 @@ after ``rendezvous_timeout`` instead of hanging.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import socket
 from datetime import timedelta
+from typing import Any
 
 import torch.distributed as dist
 
-__all__ = ["PortInUseError", "StoreHost", "free_port", "join_nodes"]
+__all__ = ["C10dRendezvous", "PortInUseError", "StoreHost", "free_port", "join_nodes"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -125,3 +127,62 @@ def join_nodes(
             f"{timeout.total_seconds():.0f}s. Run the same cell on every machine with its own "
             "node_rank, or raise rendezvous_timeout."
         ) from None
+
+
+class C10dRendezvous:
+    """torch's own dynamic rendezvous (``rdzv_backend="c10d"``): machines meet at
+    ``endpoint``, and each is given its node rank in order of arrival.
+
+    Args:
+        endpoint: ``(host, port)`` where the rendezvous store is (or will be) hosted.
+        run_id: the same string on every machine of one job.
+        num_nodes: machines that must arrive.
+        conf: extra rendezvous settings (e.g. ``join_timeout``, ``last_call_timeout``).
+        timeout: seconds to wait for every machine.
+    """
+
+    def __init__(
+        self,
+        endpoint: tuple[str, int],
+        run_id: str,
+        num_nodes: int,
+        conf: dict[str, object],
+        timeout: timedelta,
+    ) -> None:
+        from torch.distributed.elastic.rendezvous import RendezvousParameters
+        from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
+
+        settings: dict[str, Any] = {"join_timeout": int(timeout.total_seconds()), **conf}
+        params = RendezvousParameters(
+            backend="c10d",
+            endpoint=f"{endpoint[0]}:{endpoint[1]}",
+            run_id=run_id,
+            min_nodes=num_nodes,
+            max_nodes=num_nodes,
+            **settings,
+        )
+        self._handler = get_rendezvous_handler(params)
+        try:
+            info = self._handler.next_rendezvous()
+        except Exception as exc:
+            self.close()
+            raise TimeoutError(
+                f"the c10d rendezvous at {endpoint[0]}:{endpoint[1]} (run id {run_id!r}) did not "
+                f"gather {num_nodes} machines within {timeout.total_seconds():.0f}s: {exc}. Run "
+                "the same cell on every machine, or raise rendezvous_timeout."
+            ) from None
+        self.node_rank = int(info.rank)
+        self.num_nodes = num_nodes
+        self._store = info.store
+        bootstrap = info.bootstrap_store_info
+        self.master_addr = str(bootstrap.master_addr) if bootstrap else endpoint[0]
+        self.master_port = int(bootstrap.master_port) if bootstrap else endpoint[1]
+
+    def close(self, linger: float = 15.0) -> None:
+        """Leave the rendezvous, keeping its store up until every machine has left."""
+        with contextlib.suppress(Exception):
+            self._handler.shutdown()
+        with contextlib.suppress(Exception):
+            self._store.set(f"nbaccel/left/{self.node_rank}", "1")
+            keys = [f"nbaccel/left/{i}" for i in range(self.num_nodes)]
+            self._store.wait(keys, timedelta(seconds=linger))
