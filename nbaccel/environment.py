@@ -27,6 +27,7 @@ __all__ = [
     "choose_device",
     "cuda_device_count",
     "debug_mode_requested",
+    "hardware_description",
     "in_colab",
     "in_kaggle",
     "in_notebook",
@@ -361,6 +362,28 @@ def xla_topology() -> XlaTopology:
         local_rank=int(xr.local_ordinal()),
         local_world_size=int(getattr(xr, "local_process_count", lambda: xr.world_size())()),
     )
+
+
+def hardware_description(gpus: bool) -> str:
+    """A short description of the CPU or the NVIDIA GPUs, read without initialising CUDA."""
+    if gpus:
+        names = []
+        for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+            for line in info.read_text(errors="replace").splitlines():
+                if line.startswith("Model:"):
+                    names.append(line.split(":", 1)[1].strip())
+        count = cuda_device_count()
+        model = f" ({names[0]})" if names else ""
+        return f"{count} CUDA GPU{'s' if count != 1 else ''}{model}"
+    model = ""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip() + ", "
+                break
+    cores = os.cpu_count() or 1
+    return f"CPU ({model}{cores} core{'s' if cores != 1 else ''})"
 
 
 def _mps_available() -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 import cloudpickle
 import torch.distributed as dist
 
-from ..environment import launch_variables, user_thread_count
+from ..environment import hardware_description, launch_variables, user_thread_count
 from ..state.registry import STATE, reset_registry
 from .config import LaunchConfig
 from .errors import LaunchTimeoutError, build_error, format_fates, root_cause
@@ -165,12 +165,14 @@ def _start_method(config: LaunchConfig) -> str:
 
 
 def _banner(config: LaunchConfig, method: str) -> str:
-    where = "CPU (gloo)" if config.cpu else "CUDA GPU(s) (nccl)"
+    backend = "gloo" if config.cpu else "nccl"
+    where = hardware_description(gpus=not config.cpu)
     nodes = f" on node {config.node_rank} of {config.num_nodes}" if config.multi_node else ""
     precision = (
         f", mixed precision {config.mixed_precision}" if config.mixed_precision != "no" else ""
     )
-    return f"Launching {config.num_processes} processes on {where}{nodes} with {method}{precision}."
+    count = config.num_processes
+    return f"Launching {count} processes on {where}{nodes} with {method} ({backend}){precision}."
 
 
 @contextlib.contextmanager
