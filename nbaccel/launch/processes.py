@@ -186,11 +186,17 @@ class WorkerGroup:
     def start(self) -> None:
         """Start every worker."""
         output_fds = {s.rank: (s.stdout_fd, s.stderr_fd) for s in self.specs}
-        for spec in self.specs:
-            foreign = [fd for rank, fds in output_fds.items() if rank != spec.rank for fd in fds]
+        try:
+            for spec in self.specs:
+                foreign = [fd for r, fds in output_fds.items() if r != spec.rank for fd in fds]
+                for handle in self.handles:
+                    foreign += [handle.conn.fileno(), handle.sentinel]
+                self.handles.append(start_worker(spec, tuple(fd for fd in foreign if fd >= 0)))
+        except BaseException:  # e.g. an interrupt while starting: stop what did start
+            self.kill_all(grace=0.5)
             for handle in self.handles:
-                foreign += [handle.conn.fileno(), handle.sentinel]
-            self.handles.append(start_worker(spec, tuple(fd for fd in foreign if fd >= 0)))
+                handle.close()
+            raise
 
     def run(self) -> GroupOutcome:
         """Supervise until every worker has exited; always reaps and closes everything."""
@@ -287,15 +293,20 @@ class WorkerGroup:
 
     def kill_all(self, grace: float) -> None:
         """Stop every worker now (SIGTERM, then SIGKILL after ``grace`` s) and reap them."""
-        for handle in self.handles:
-            handle.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(h.poll() is None for h in self.handles):
-            pending = [h.sentinel for h in self.handles if h.exit_code is None and h.sentinel >= 0]
-            if pending:
-                select.select(pending, [], [], 0.05)
-            else:
-                time.sleep(0.02)
+        try:
+            for handle in self.handles:
+                handle.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and any(h.poll() is None for h in self.handles):
+                pending = [h.sentinel for h in self._running() if h.sentinel >= 0]
+                if pending:
+                    select.select(pending, [], [], 0.05)
+                else:
+                    time.sleep(0.02)
+        finally:  # even when a second interrupt cuts the grace period short
+            self._kill_and_reap()
+
+    def _kill_and_reap(self) -> None:
         for handle in self.handles:
             handle.send_signal(signal.SIGKILL)
             if handle.exit_code is None:
