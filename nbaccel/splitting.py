@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sized
 from typing import Any, TypeVar
 
@@ -73,9 +74,12 @@ def split_for_process(inputs: T, num_processes: int, index: int, apply_padding: 
                 "split_between_processes: every value of a dict must have the same length, "
                 f"got lengths {lengths}. Pad or trim the values first."
             )
-        return type(inputs)(
+        shares = copy.copy(inputs)  # keeps the mapping's own type (OrderedDict, defaultdict...)
+        shares.clear()
+        shares.update(
             (k, _split_sequence(v, num_processes, index, apply_padding)) for k, v in inputs.items()
         )
+        return shares
     if isinstance(inputs, (list, tuple, torch.Tensor)):
         _length("inputs", inputs)
         return _split_sequence(inputs, num_processes, index, apply_padding)
