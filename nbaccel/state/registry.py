@@ -91,8 +91,7 @@ STATE = Registry()
 
 def reset_registry(destroy_process_group: bool = False) -> None:
     """Forget the state (for tests and for the launcher between functions)."""
-    record = STATE.process
-    if destroy_process_group and record is not None and dist.is_initialized():
+    if destroy_process_group and dist.is_initialized():
         dist.destroy_process_group()
     STATE.process = None
     STATE.accelerator = None

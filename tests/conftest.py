@@ -1,0 +1,85 @@
+"""Shared fixtures: a fresh nbaccel state and a clean launch environment for every test."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from nbaccel.testing import reset_state
+
+# Variables that tell nbaccel (or torch) how this process was launched. A test process must not
+# inherit them from a shell that happens to run under a launcher.
+LAUNCH_VARIABLES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "NODE_RANK",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "MPI_LOCALRANKID",
+    "MPI_LOCALNRANKS",
+    "NBACCEL_LAUNCHED",
+    "NBACCEL_RESTART_COUNT",
+    "NBACCEL_FORK_LAUNCHED",
+    "NBACCEL_USE_CPU",
+    "NBACCEL_MIXED_PRECISION",
+    "NBACCEL_DEBUG_MODE",
+    "ACCELERATE_DEBUG_MODE",
+    "ACCELERATE_MIXED_PRECISION",
+    "ACCELERATE_USE_CPU",
+    "PJRT_DEVICE",
+    "TPU_NAME",
+    "COLAB_TPU_ADDR",
+    "TPU_ACCELERATOR_TYPE",
+)
+
+
+def find_free_port() -> int:
+    """A TCP port that nothing listens on right now (bind port 0 and let the OS pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Run each test without launch variables and forget the nbaccel state afterwards."""
+    for name in LAUNCH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    reset_state()
+    yield
+    reset_state()
+
+
+@pytest.fixture(scope="session")
+def free_port() -> Callable[[], int]:
+    """A function that returns a free TCP port on 127.0.0.1."""
+    return find_free_port
+
+
+def clean_environ(**extra: str) -> dict[str, str]:
+    """A copy of ``os.environ`` without launch variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="session")
+def subprocess_environ() -> Callable[..., dict[str, str]]:
+    """A function building a child-process environment free of launch variables."""
+    return clean_environ
