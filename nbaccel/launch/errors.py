@@ -10,6 +10,8 @@ from typing import Any
 
 import cloudpickle
 
+from .wire import dumps_for_parent
+
 __all__ = [
     "LaunchTimeoutError",
     "RankFate",
@@ -65,7 +67,7 @@ def capture_exception(exc: BaseException, when: float) -> RemoteException:
         else f"{kind.__module__}.{kind.__qualname__}"
     )
     try:
-        pickled: bytes | None = cloudpickle.dumps(exc)
+        pickled: bytes | None = dumps_for_parent(exc)
     except Exception:
         pickled = None
     text = "".join(traceback.format_exception(kind, exc, exc.__traceback__))

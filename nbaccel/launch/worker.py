@@ -23,6 +23,7 @@ from .events import RankStateEvent
 from .guard import check_child_not_bad_fork
 from .output import redirect_child_output
 from .spec import WorkerSpec
+from .wire import dumps_for_parent
 
 __all__ = ["run_worker", "spawn_entry"]
 
@@ -66,7 +67,7 @@ class _Channel:
 
 def _result_payload(spec: WorkerSpec, result: Any) -> bytes:
     try:
-        return cloudpickle.dumps(result)
+        return dumps_for_parent(result)
     except Exception as exc:
         raise TypeError(
             f"rank {spec.rank} returned a {type(result).__module__}.{type(result).__qualname__}, "

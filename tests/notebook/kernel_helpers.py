@@ -1,0 +1,313 @@
+"""Drive a real Jupyter kernel from a test: start, run cells, watch their output, interrupt, stop.
+
+The launcher tier of the notebook tests uses these helpers. A :class:`Kernel` wraps one
+``KernelManager`` and its ``BlockingKernelClient``; :meth:`Kernel.execute` runs a cell and
+returns a :class:`Cell` with every stream message (and when it arrived), the error and the
+reply. :meth:`Kernel.submit` and :meth:`Kernel.collect` split that in two so a test can act
+while the cell is still running (interrupt it, or react to a line it printed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from queue import Empty
+from typing import Any
+
+import psutil
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager
+
+__all__ = [
+    "BANNER",
+    "Cell",
+    "Kernel",
+    "Output",
+    "ProcessSnapshot",
+    "kernel_env",
+    "pids_alive",
+    "running_kernel",
+    "strip_ansi",
+    "wait_gone",
+]
+
+# The line notebook_launcher prints before it starts the workers.
+BANNER = re.compile(r"^Launching \d+ processes\b")
+_BANNER_METHOD = re.compile(r"\bwith (fork|spawn)\b")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# Variables that would tell nbaccel it is already inside a launch, or turn on debug mode.
+_DROPPED = re.compile(
+    r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|NODE_RANK|ROLE_RANK|"
+    r"ROLE_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_.*|OMPI_COMM_WORLD_.*|PMI_.*|"
+    r"MPI_LOCAL.*|NBACCEL_.*|ACCELERATE_.*|PJRT_DEVICE|TPU_.*|COLAB_TPU_ADDR|"
+    r"IPYKERNEL_CELL_NAME)$"
+)
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal colour codes (IPython colours its tracebacks)."""
+    return _ANSI.sub("", text)
+
+
+def kernel_env(**extra: str) -> dict[str, str]:
+    """The environment for a test kernel: this one without launch variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not _DROPPED.match(k)}
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Output:
+    """One ``stream`` message of a cell, with the (monotonic) time the test received it."""
+
+    name: str
+    text: str
+    at: float
+
+
+@dataclass
+class Cell:
+    """What one executed cell produced."""
+
+    msg_id: str
+    started: float
+    outputs: list[Output] = field(default_factory=list)
+    status: str = ""
+    execution_count: int | None = None
+    ename: str = ""
+    evalue: str = ""
+    traceback: list[str] = field(default_factory=list)
+    reply_ename: str = ""
+    finished: float | None = None
+    idle: bool = False
+
+    def text(self, name: str = "stdout") -> str:
+        """Everything the cell wrote to one stream, in order."""
+        return "".join(o.text for o in self.outputs if o.name == name)
+
+    @property
+    def stdout(self) -> str:
+        return self.text("stdout")
+
+    @property
+    def stderr(self) -> str:
+        return self.text("stderr")
+
+    def lines(self, name: str = "stdout", banner: bool = False) -> list[str]:
+        """The lines of one stream; the launcher's banner line is left out unless asked for."""
+        lines = self.text(name).splitlines()
+        return lines if banner else [line for line in lines if not BANNER.match(line)]
+
+    def banner_methods(self) -> list[str]:
+        """The start method named by each launcher banner the cell printed, in order."""
+        found = []
+        for line in self.lines(banner=True):
+            match = _BANNER_METHOD.search(line) if BANNER.match(line) else None
+            if match:
+                found.append(match.group(1))
+        return found
+
+    @property
+    def error_text(self) -> str:
+        """The cell's traceback as plain text (empty when the cell did not fail)."""
+        return strip_ansi("\n".join(self.traceback))
+
+    def describe(self) -> str:
+        """A summary for assertion messages."""
+        return (
+            f"status={self.status!r} ename={self.ename!r} evalue={self.evalue[:500]!r}\n"
+            f"--- stdout ---\n{self.stdout[-3000:]}\n--- stderr ---\n{self.stderr[-3000:]}\n"
+            f"--- traceback ---\n{self.error_text[-4000:]}"
+        )
+
+
+class Kernel:
+    """One real IPython kernel and a blocking client connected to it."""
+
+    def __init__(self, manager: KernelManager, client: BlockingKernelClient) -> None:
+        self.manager = manager
+        self.client = client
+
+    @property
+    def pid(self) -> int:
+        """The kernel process's pid."""
+        process = getattr(self.manager.provisioner, "process", None)
+        assert process is not None, "the kernel is not running"
+        return int(process.pid)
+
+    def submit(self, code: str) -> Cell:
+        """Send a cell for execution and return at once (collect it with :meth:`collect`)."""
+        msg_id = self.client.execute(textwrap.dedent(code), store_history=True)
+        return Cell(msg_id=msg_id, started=time.monotonic())
+
+    def collect(
+        self,
+        cell: Cell,
+        timeout: float = 60.0,
+        on_message: Callable[[dict[str, Any], Cell], None] | None = None,
+    ) -> Cell:
+        """Read the cell's iopub messages until it is idle, then its reply.
+
+        ``on_message(message, cell)`` is called for every iopub message of this cell as it
+        arrives (``cell`` holds what came before it), while the cell may still be running.
+        """
+        deadline = time.monotonic() + timeout
+        while not cell.idle:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the cell did not finish within {timeout}s:\n{cell.describe()}")
+            try:
+                message = self.client.get_iopub_msg(timeout=min(left, 1.0))
+            except Empty:
+                continue
+            if message.get("parent_header", {}).get("msg_id") != cell.msg_id:
+                continue
+            self._record(message, cell)
+            if on_message is not None:
+                on_message(message, cell)
+        while True:
+            left = max(deadline - time.monotonic(), 0.1)
+            reply = self.client.get_shell_msg(timeout=left)
+            if reply.get("parent_header", {}).get("msg_id") == cell.msg_id:
+                break
+        content = reply["content"]
+        cell.status = content["status"]
+        cell.execution_count = content.get("execution_count")
+        cell.reply_ename = content.get("ename", "")
+        if cell.status == "error" and not cell.ename:
+            cell.ename, cell.evalue = content.get("ename", ""), content.get("evalue", "")
+            cell.traceback = list(content.get("traceback", []))
+        return cell
+
+    @staticmethod
+    def _record(message: dict[str, Any], cell: Cell) -> None:
+        kind, content = message["msg_type"], message["content"]
+        now = time.monotonic()
+        if kind == "stream":
+            cell.outputs.append(Output(content["name"], content["text"], now))
+        elif kind == "error":
+            cell.ename, cell.evalue = content["ename"], content["evalue"]
+            cell.traceback = list(content["traceback"])
+        elif kind == "status" and content["execution_state"] == "idle":
+            cell.idle, cell.finished = True, now
+
+    def execute(
+        self,
+        code: str,
+        timeout: float = 60.0,
+        on_message: Callable[[dict[str, Any], Cell], None] | None = None,
+    ) -> Cell:
+        """Run a cell to the end (see :meth:`collect`)."""
+        return self.collect(self.submit(code), timeout, on_message)
+
+    def ok(self, code: str, timeout: float = 60.0) -> Cell:
+        """Run a cell that must succeed; return it."""
+        cell = self.execute(code, timeout)
+        assert cell.status == "ok", cell.describe()
+        return cell
+
+    def value(self, expression: str) -> str:
+        """``repr`` of a Python expression evaluated in the kernel, as printed there."""
+        cell = self.ok(f"print(repr({expression}))")
+        return cell.stdout.strip()
+
+    def settle(self) -> None:
+        """Let the kernel release what it holds for finished threads, as it would by itself.
+
+        ipykernel gives every thread that writes output (the launcher's output relay thread)
+        its own zmq socket and closes those of ended threads in a periodic collection every
+        10 s. Run that collection now, on ipykernel's own IO thread, so that a snapshot of the
+        kernel's descriptors does not depend on the timing of it.
+        """
+        self.ok(
+            """
+            _iopub = getattr(get_ipython().kernel, "iopub_thread", None)
+            if _iopub is not None and hasattr(_iopub, "_event_pipe_gc"):
+                _iopub.io_loop.add_callback(_iopub._event_pipe_gc)
+            del _iopub
+            """
+        )
+        time.sleep(0.3)
+
+    def interrupt(self) -> None:
+        """Interrupt the running cell, as the notebook's stop button does."""
+        self.manager.interrupt_kernel()
+
+    def shutdown(self, now: bool = True) -> None:
+        """Stop the client channels and the kernel (idempotent)."""
+        with contextlib.suppress(Exception):
+            self.client.stop_channels()
+        with contextlib.suppress(Exception):
+            if self.manager.has_kernel:
+                self.manager.shutdown_kernel(now=now)
+        with contextlib.suppress(Exception):
+            self.manager.cleanup_resources()
+
+
+@contextlib.contextmanager
+def running_kernel(**env: str) -> Iterator[Kernel]:
+    """Start a real kernel (``python3`` spec: this interpreter); always shut it down."""
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel(env=kernel_env(**env))
+    kernel = Kernel(manager, manager.client())
+    try:
+        kernel.client.start_channels()
+        kernel.client.wait_for_ready(timeout=60)
+        yield kernel
+    finally:
+        kernel.shutdown()
+
+
+def pids_alive(pids: list[int]) -> list[int]:
+    """The pids in ``pids`` that name a live (not zombie) process."""
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """Wait up to ``timeout`` s for every pid to end; return those still alive."""
+    deadline = time.monotonic() + timeout
+    alive = pids_alive(pids)
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = pids_alive(alive)
+    return alive
+
+
+@dataclass(frozen=True)
+class ProcessSnapshot:
+    """The resources of one process that a launch must give back."""
+
+    children: frozenset[int]
+    fds: int
+    threads: int
+    listening: frozenset[tuple[str, int]]
+    temp_entries: frozenset[str]
+
+    @classmethod
+    def take(cls, pid: int, temp_dir: str | None = None) -> ProcessSnapshot:
+        process = psutil.Process(pid)
+        listening = frozenset(
+            (c.laddr.ip, c.laddr.port)
+            for c in process.net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN
+        )
+        return cls(
+            children=frozenset(p.pid for p in process.children(recursive=True)),
+            fds=len(os.listdir(f"/proc/{pid}/fd")),
+            threads=process.num_threads(),
+            listening=listening,
+            temp_entries=frozenset(os.listdir(temp_dir or tempfile.gettempdir())),
+        )
