@@ -42,15 +42,19 @@ class RemoteException:
     pickled: bytes | None
     when: float
 
-    def rebuild(self) -> BaseException | None:
-        """The original exception object, or None when it cannot be re-created here."""
+    def rebuild(self) -> Exception | None:
+        """The original exception, or None when it cannot be re-created here.
+
+        Only ``Exception`` subclasses are re-raised as themselves: a rank's ``SystemExit`` or
+        ``KeyboardInterrupt`` must not end or interrupt the notebook's own process.
+        """
         if self.pickled is None:
             return None
         try:
             exc = cloudpickle.loads(self.pickled)
         except Exception:
             return None
-        return exc if isinstance(exc, BaseException) else None
+        return exc if isinstance(exc, Exception) else None
 
     @property
     def looks_like_peer_loss(self) -> bool:

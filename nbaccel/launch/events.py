@@ -33,7 +33,8 @@ class Event:
 
 @dataclass(frozen=True)
 class RankStateEvent(Event):
-    """A rank changed state: ``starting``, ``running``, ``returned`` or ``failed``."""
+    """A rank changed state: ``running`` (sent by the rank), then ``returned``, ``failed`` or
+    ``stopped`` (stopped by the launcher after another rank failed), sent by the launcher."""
 
     state: str = "running"
     restart_count: int = 0

@@ -17,6 +17,7 @@ from ..environment import hardware_description, launch_variables, user_thread_co
 from ..state.registry import STATE, reset_registry
 from .config import LaunchConfig
 from .errors import LaunchTimeoutError, build_error, format_fates, root_cause
+from .events import RankStateEvent, emit
 from .guard import check_fork_safe, cuda_initialized, install_cuda_init_tracer
 from .output import OutputRelay, format_prefix
 from .processes import WorkerGroup
@@ -98,17 +99,21 @@ def notebook_launcher(
 
         return launch_xla(function, call_args, call_kwargs, config)
     if config.num_processes == 1 and not config.multi_node:
-        return [_run_here(function, call_args, call_kwargs, config)]
+        return _with_restarts(
+            lambda attempt: [
+                _run_here(function, call_args, call_kwargs, config, attempt, on_event)
+            ],
+            config,
+            restartable=lambda exc: True,
+        )
     method = _start_method(config)
-    print(_banner(config, method), flush=True)
-    for attempt in range(config.max_restarts + 1):
-        try:
-            return _run_attempt(function, call_args, call_kwargs, config, method, attempt, on_event)
-        except Exception as exc:
-            if attempt >= config.max_restarts or not _is_rank_failure(exc):
-                raise
-            _announce_restart(exc, attempt, config)
-    raise AssertionError("unreachable")  # pragma: no cover
+    return _with_restarts(
+        lambda attempt: _run_attempt(
+            function, call_args, call_kwargs, config, method, attempt, on_event
+        ),
+        config,
+        restartable=_is_rank_failure,
+    )
 
 
 def debug_launcher(
@@ -119,6 +124,22 @@ def debug_launcher(
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+
+def _with_restarts(
+    run_once: Callable[[int], list[Any]],
+    config: LaunchConfig,
+    restartable: Callable[[BaseException], bool],
+) -> list[Any]:
+    """Run attempt 0, 1, ... until one succeeds or ``max_restarts`` are used up."""
+    for attempt in range(config.max_restarts + 1):
+        try:
+            return run_once(attempt)
+        except Exception as exc:
+            if attempt >= config.max_restarts or not restartable(exc):
+                raise
+            _announce_restart(exc, attempt, config)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _is_rank_failure(exc: BaseException) -> bool:
@@ -176,14 +197,16 @@ def _banner(config: LaunchConfig, method: str) -> str:
 
 
 @contextlib.contextmanager
-def _launch_variables_here(config: LaunchConfig) -> Iterator[None]:
+def _launch_variables_here(config: LaunchConfig, attempt: int) -> Iterator[None]:
     """For one process run in the kernel: expose the launcher's choices, then restore."""
     saved = dict(os.environ)
     os.environ["NBACCEL_MIXED_PRECISION"] = config.mixed_precision
     os.environ["NBACCEL_USE_CPU"] = "1" if config.cpu else "0"
+    os.environ["NBACCEL_RESTART_COUNT"] = str(attempt)
     try:
         yield
     finally:
+        STATE.event_sink = None
         os.environ.clear()
         os.environ.update(saved)
 
@@ -193,12 +216,23 @@ def _run_here(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     config: LaunchConfig,
+    attempt: int,
+    on_event: Callable[[Any], None] | None,
 ) -> Any:
-    with _launch_variables_here(config):
+    """One process: run in the kernel itself, with the same variables and events as workers."""
+    with _launch_variables_here(config, attempt):
+        STATE.event_sink, STATE.worker_rank = on_event, 0
+        emit(RankStateEvent(rank=0, state="running", restart_count=attempt))
         try:
-            return function(*args, **kwargs)
+            result = function(*args, **kwargs)
+        except BaseException:
+            emit(RankStateEvent(rank=0, state="failed", restart_count=attempt))
+            raise
         finally:
             reset_registry()  # the next launch in this kernel starts afresh
+        emit(RankStateEvent(rank=0, state="returned", restart_count=attempt))
+        STATE.event_sink = None
+        return result
 
 
 def _worker_env(
@@ -310,6 +344,8 @@ def _run_group(
     port: int,
     on_event: Callable[[Any], None] | None,
 ) -> list[Any]:
+    if attempt == 0:
+        print(_banner(config, method), flush=True)
     first_rank = config.node_rank * config.num_processes
     ranks = {lr: first_rank + lr for lr in range(config.num_processes)}
     prefixes = {
@@ -321,7 +357,9 @@ def _run_group(
     relay = OutputRelay(prefixes)
     try:
         specs = _build_specs(function, args, kwargs, config, method, attempt, port, ranks, relay)
-        group = WorkerGroup(specs, on_event, config.monitor_interval, config.timeout)
+        group = WorkerGroup(
+            specs, on_event, config.monitor_interval, config.timeout, attempt=attempt
+        )
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         group.start()  # fork before the relay's reader thread exists

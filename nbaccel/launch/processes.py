@@ -23,6 +23,7 @@ from typing import Any
 import cloudpickle
 
 from .errors import RankFate, RemoteException
+from .events import RankStateEvent
 from .spec import WorkerSpec
 
 __all__ = ["GroupOutcome", "WorkerGroup", "WorkerHandle"]
@@ -94,6 +95,7 @@ def _start_fork(spec: WorkerSpec, read_fd: int, foreign: tuple[int, ...]) -> Wor
     if pid == 0:  # the child: never returns into the launcher's code
         code = 1
         try:
+            os.setsid()  # its own session: the launcher alone decides when workers stop
             for fd in (read_fd, *foreign):  # other workers' pipes must not stay open here
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -163,6 +165,7 @@ class WorkerGroup:
         monitor_interval: seconds between checks of the deadline and the stop grace period.
         timeout: seconds after which ranks still running are stopped (None: no limit).
         grace: seconds between SIGTERM and SIGKILL when stopping workers.
+        attempt: the restart count of this attempt (carried by the events it announces).
     """
 
     def __init__(
@@ -172,12 +175,14 @@ class WorkerGroup:
         monitor_interval: float = 0.1,
         timeout: float | None = None,
         grace: float = 3.0,
+        attempt: int = 0,
     ) -> None:
         self.specs = specs
         self.on_event = on_event
         self.monitor_interval = monitor_interval
         self.timeout = timeout
         self.grace = grace
+        self.attempt = attempt
         self.handles: list[WorkerHandle] = []
         self.fates = {s.rank: RankFate(s.rank, s.local_rank) for s in specs}
         self.results: dict[int, bytes] = {}
@@ -270,9 +275,15 @@ class WorkerGroup:
         elif kind == "result":
             self.results[rank] = payload
             fate.state = "returned"
+            self._announce(fate, "returned")
         elif kind == "error":
             assert isinstance(payload, RemoteException)
             fate.state, fate.error, fate.when = "raised", payload, payload.when
+            self._announce(fate, "failed")
+
+    def _announce(self, fate: RankFate, state: str) -> None:
+        if self.on_event is not None:
+            self.on_event(RankStateEvent(rank=fate.rank, state=state, restart_count=self.attempt))
 
     def _settle(self, handle: WorkerHandle) -> None:
         fate = self.fates[handle.spec.rank]
@@ -281,10 +292,12 @@ class WorkerGroup:
             return
         if self._stop_at is not None:
             fate.state = "stopped" if fate.state == "running" else fate.state
+            self._announce(fate, "stopped")
             return
         code = handle.exit_code or 0
         fate.state = "signalled" if code < 0 else "exited"
         fate.when = time.time()
+        self._announce(fate, "failed")
 
     def _begin_stop(self, now: float) -> None:
         self._stop_at = now

@@ -40,7 +40,9 @@ print("XLA_IMPORTED", "torch_xla" in sys.modules)
 """
 
 
-def _run(tmp_path: Path, tpu: bool, fail: bool = False) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+def _run(
+    tmp_path: Path, tpu: bool, fail: bool = False
+) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
     log = tmp_path / "calls.jsonl"
     env = dict(os.environ, PYTHONPATH=f"{FAKE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     env["FAKE_TORCH_XLA_LOG"] = str(log)
