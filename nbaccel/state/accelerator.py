@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from ..enums import DistributedType, PrecisionType
+from ..enums import PrecisionType
 from .partial import PartialState, ProcessView
 from .registry import STATE, AcceleratorRecord, current_process, reset_registry
 
@@ -147,9 +147,3 @@ class AcceleratorState(ProcessView):
         else:
             STATE.accelerator = None
             STATE.gradient = None
-
-
-def refuse_unsupported(distributed_type: DistributedType) -> None:
-    """Raise for distributed types that exist in the enum but that nbaccel does not run."""
-    if distributed_type in (DistributedType.DEEPSPEED, DistributedType.MEGATRON_LM):
-        _refuse(f"DistributedType.{distributed_type.name}")

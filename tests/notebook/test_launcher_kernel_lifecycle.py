@@ -114,11 +114,14 @@ def test_interrupt_stops_every_worker_and_the_next_launch_works(
 ) -> None:
     kernel.ok("print(notebook_launcher(quick, (0,), num_processes=2, start_method='fork'))")
     before = _snapshot(kernel, kernel_tmp)
+    handlers = "[repr(__import__('signal').getsignal(s)) for s in (2, 15, 17)]"  # INT TERM CHLD
+    handlers_before = kernel.value(handlers)
     _interrupt(kernel, "fork")
     _interrupt(kernel, "fork")
     _interrupt(kernel, "spawn")
     cell = kernel.ok("print(notebook_launcher(quick, (1,), num_processes=2, start_method='fork'))")
     assert "[(1, 0), (1, 1)]" in cell.stdout, cell.describe()
+    assert kernel.value(handlers) == handlers_before, "signal handlers were not restored"
     _same_resources(before, _snapshot(kernel, kernel_tmp))
 
 

@@ -1,0 +1,51 @@
+"""Model helpers: find tied parameters and keep them tied when a model moves device.
+
+Moving a model to an XLA (TPU) device replaces its parameters with new ones instead of
+changing them in place, so weights that were shared (an embedding tied to the output layer)
+become independent copies. :func:`move_model_to_device` records the ties, moves the model and
+ties again whatever the move untied.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["find_tied_parameters", "move_model_to_device", "retie_parameters"]
+
+
+def find_tied_parameters(model: nn.Module) -> list[list[str]]:
+    """Groups of parameter names that refer to one and the same parameter (sorted)."""
+    by_identity: dict[int, list[str]] = {}
+    for module_name, module in model.named_modules(remove_duplicate=False):
+        for param_name, param in module.named_parameters(recurse=False):
+            name = f"{module_name}.{param_name}" if module_name else param_name
+            by_identity.setdefault(id(param), [])
+            if name not in by_identity[id(param)]:
+                by_identity[id(param)].append(name)
+    return sorted(sorted(names) for names in by_identity.values() if len(names) > 1)
+
+
+def _owner(model: nn.Module, name: str) -> tuple[nn.Module, str]:
+    path, _, attr = name.rpartition(".")
+    return (model.get_submodule(path) if path else model), attr
+
+
+def retie_parameters(model: nn.Module, tied: list[list[str]]) -> None:
+    """Make every name in each group of ``tied`` refer to the group's first parameter."""
+    for group in tied:
+        first_module, first_attr = _owner(model, group[0])
+        shared = getattr(first_module, first_attr)
+        for name in group[1:]:
+            module, attr = _owner(model, name)
+            if getattr(module, attr) is not shared:
+                setattr(module, attr, shared)
+
+
+def move_model_to_device(model: nn.Module, target: torch.device | str | torch.dtype) -> nn.Module:
+    """``model.to(target)`` (a device or a dtype), keeping tied parameters tied."""
+    tied = find_tied_parameters(model)
+    model.to(target)
+    if tied:
+        retie_parameters(model, tied)
+    return model
