@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterator
-from datetime import timedelta
 from typing import Any
 
-import cloudpickle
 import torch.distributed as dist
 
-from ..environment import hardware_description, launch_variables, user_thread_count
 from ..state.registry import STATE, reset_registry
+from .attempt import LaunchPlan
 from .config import LaunchConfig
-from .errors import LaunchTimeoutError, build_error, format_fates, root_cause
+from .errors import WorkerError
 from .events import RankStateEvent, emit
 from .guard import check_fork_safe, cuda_initialized, install_cuda_init_tracer
-from .output import OutputRelay, format_prefix
-from .processes import WorkerGroup
-from .rendezvous import LOOPBACK, C10dRendezvous, StoreHost, join_nodes
-from .spec import WorkerSpec
 
 __all__ = ["debug_launcher", "notebook_launcher"]
 
@@ -106,14 +99,8 @@ def notebook_launcher(
             config,
             restartable=lambda exc: True,
         )
-    method = _start_method(config)
-    return _with_restarts(
-        lambda attempt: _run_attempt(
-            function, call_args, call_kwargs, config, method, attempt, on_event
-        ),
-        config,
-        restartable=_is_rank_failure,
-    )
+    plan = LaunchPlan(function, call_args, call_kwargs, config, _start_method(config), on_event)
+    return _with_restarts(plan.run, config, restartable=_is_rank_failure)
 
 
 def debug_launcher(
@@ -143,8 +130,6 @@ def _with_restarts(
 
 
 def _is_rank_failure(exc: BaseException) -> bool:
-    from .errors import WorkerError
-
     return isinstance(exc.__cause__, WorkerError) or isinstance(exc, WorkerError)
 
 
@@ -185,17 +170,6 @@ def _start_method(config: LaunchConfig) -> str:
     return "spawn"
 
 
-def _banner(config: LaunchConfig, method: str) -> str:
-    backend = "gloo" if config.cpu else "nccl"
-    where = hardware_description(gpus=not config.cpu)
-    nodes = f" on node {config.node_rank} of {config.num_nodes}" if config.multi_node else ""
-    precision = (
-        f", mixed precision {config.mixed_precision}" if config.mixed_precision != "no" else ""
-    )
-    count = config.num_processes
-    return f"Launching {count} processes on {where}{nodes} with {method} ({backend}){precision}."
-
-
 @contextlib.contextmanager
 def _launch_variables_here(config: LaunchConfig, attempt: int) -> Iterator[None]:
     """For one process run in the kernel: expose the launcher's choices, then restore."""
@@ -233,159 +207,3 @@ def _run_here(
         emit(RankStateEvent(rank=0, state="returned", restart_count=attempt))
         STATE.event_sink = None
         return result
-
-
-def _worker_env(
-    config: LaunchConfig, rank: int, local_rank: int, port: int, attempt: int, forked: bool
-) -> dict[str, str]:
-    env = launch_variables(
-        rank=rank,
-        world_size=config.world_size,
-        local_rank=local_rank,
-        local_world_size=config.num_processes,
-        node_rank=config.node_rank,
-        master_addr=config.master_addr if config.multi_node else LOOPBACK,
-        master_port=port,
-        restart_count=attempt,
-        fork_launched=forked,
-        mixed_precision=config.mixed_precision,
-        debug=config.debug,
-        use_cpu=config.cpu,
-    )
-    env["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # the launcher hosts the store
-    if not config.multi_node:
-        env["GLOO_SOCKET_IFNAME"] = "lo"
-    return env
-
-
-def _run_attempt(
-    function: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    config: LaunchConfig,
-    method: str,
-    attempt: int,
-    on_event: Callable[[Any], None] | None,
-) -> list[Any]:
-    wait_for = timedelta(seconds=config.rendezvous_timeout)
-    if config.multi_node and config.rdzv_backend == "c10d":
-        endpoint = config.rdzv_endpoint or (config.master_addr, int(config.use_port or 0))
-        rdzv = C10dRendezvous(
-            endpoint, config.rdzv_id, config.num_nodes, config.rdzv_conf, wait_for
-        )
-        try:
-            joined = dataclasses.replace(
-                config, node_rank=rdzv.node_rank, master_addr=rdzv.master_addr
-            )
-            return _run_group(
-                function, args, kwargs, joined, method, attempt, rdzv.master_port, on_event
-            )
-        finally:
-            rdzv.close()
-    host: StoreHost | None = None
-    if config.node_rank == 0:
-        bind = LOOPBACK if not config.multi_node else "0.0.0.0"
-        host = StoreHost(bind, config.use_port or 0, config.world_size, wait_for)
-    port = host.port if host is not None else int(config.use_port or 0)
-    try:
-        if config.multi_node:
-            join_nodes(
-                config.master_addr, port, config.node_rank, config.num_nodes, wait_for, attempt
-            )
-        return _run_group(function, args, kwargs, config, method, attempt, port, on_event)
-    finally:
-        if host is not None:
-            host.close()
-
-
-def _build_specs(
-    function: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    config: LaunchConfig,
-    method: str,
-    attempt: int,
-    port: int,
-    ranks: dict[int, int],
-    relay: OutputRelay,
-) -> list[WorkerSpec]:
-    threads = config.threads_per_process(user_thread_count())
-    specs = []
-    for local_rank, rank in ranks.items():
-        out_fd, err_fd = relay.child_fds(local_rank)
-        specs.append(
-            WorkerSpec(
-                function=function,
-                args=args,
-                kwargs=kwargs,
-                rank=rank,
-                local_rank=local_rank,
-                env=_worker_env(config, rank, local_rank, port, attempt, method == "fork"),
-                stdout_fd=out_fd,
-                stderr_fd=err_fd,
-                result_fd=-1,
-                start_method=method,
-                parent_pid=os.getpid(),
-                num_threads=threads,
-                sys_path=list(sys.path),
-                cwd=os.getcwd(),
-            )
-        )
-    return specs
-
-
-def _run_group(
-    function: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    config: LaunchConfig,
-    method: str,
-    attempt: int,
-    port: int,
-    on_event: Callable[[Any], None] | None,
-) -> list[Any]:
-    if attempt == 0:
-        print(_banner(config, method), flush=True)
-    first_rank = config.node_rank * config.num_processes
-    ranks = {lr: first_rank + lr for lr in range(config.num_processes)}
-    prefixes = {
-        lr: format_prefix(
-            config.log_line_prefix_template, rank=r, local_rank=lr, node_rank=config.node_rank
-        )
-        for lr, r in ranks.items()
-    }
-    relay = OutputRelay(prefixes)
-    try:
-        specs = _build_specs(function, args, kwargs, config, method, attempt, port, ranks, relay)
-        group = WorkerGroup(
-            specs, on_event, config.monitor_interval, config.timeout, attempt=attempt
-        )
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        group.start()  # fork before the relay's reader thread exists
-        relay.close_child_ends()
-        relay.start()
-        outcome = group.run()
-    finally:
-        relay.close()
-    if outcome.timed_out:
-        late = [f.rank for f in outcome.fates if f.state == "timed out"]
-        raise LaunchTimeoutError(
-            late[0] if late else -1,
-            late[0] - first_rank if late else -1,
-            "timeout",
-            f"rank(s) {late} were still running after timeout={config.timeout}s and were "
-            "stopped. Raise timeout=, or look for a rank waiting in a collective that another "
-            "rank never reached.",
-            "",
-            outcome.fates,
-        )
-    cause = root_cause(outcome.fates)
-    if cause is not None:
-        raise build_error(cause, outcome.fates)
-    missing = [s.rank for s in specs if s.rank not in outcome.results]
-    if missing:
-        raise RuntimeError(
-            f"rank(s) {missing} ended without a result:\n{format_fates(outcome.fates)}"
-        )
-    return [cloudpickle.loads(outcome.results[s.rank]) for s in specs]
