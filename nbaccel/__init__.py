@@ -1,19 +1,32 @@
 """nbaccel: train PyTorch models on many processes, GPUs, machines or TPU cores from a notebook."""
 
+from .accelerator import Accelerator
+from .data import DataLoaderConfiguration, skip_first_batches
 from .enums import DistributedType, DynamoBackend, LoggerType, PrecisionType, RNGType
-from .kwargs_handlers import InitProcessGroupKwargs, KwargsHandler
+from .kwargs_handlers import (
+    AutocastKwargs,
+    DistributedDataParallelKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+)
 from .launch.errors import WorkerError
 from .launch.notebook import debug_launcher, notebook_launcher
-from .plugins import GradientAccumulationPlugin, TorchDynamoPlugin
+from .plugins import GradientAccumulationPlugin, ProjectConfiguration, TorchDynamoPlugin
 from .seeding import set_seed
 from .state import AcceleratorState, GradientState, PartialState
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Accelerator",
     "AcceleratorState",
+    "AutocastKwargs",
+    "DataLoaderConfiguration",
+    "DistributedDataParallelKwargs",
     "DistributedType",
     "DynamoBackend",
+    "GradScalerKwargs",
     "GradientAccumulationPlugin",
     "GradientState",
     "InitProcessGroupKwargs",
@@ -21,6 +34,7 @@ __all__ = [
     "LoggerType",
     "PartialState",
     "PrecisionType",
+    "ProjectConfiguration",
     "RNGType",
     "TorchDynamoPlugin",
     "WorkerError",
@@ -28,4 +42,5 @@ __all__ = [
     "debug_launcher",
     "notebook_launcher",
     "set_seed",
+    "skip_first_batches",
 ]

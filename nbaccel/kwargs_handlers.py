@@ -6,7 +6,13 @@ import dataclasses
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["InitProcessGroupKwargs", "KwargsHandler"]
+__all__ = [
+    "AutocastKwargs",
+    "DistributedDataParallelKwargs",
+    "GradScalerKwargs",
+    "InitProcessGroupKwargs",
+    "KwargsHandler",
+]
 
 _BACKENDS = ("gloo", "nccl", "mpi", "ucc", "xccl", "hccl", "xla")
 
@@ -73,3 +79,54 @@ class InitProcessGroupKwargs(KwargsHandler):
                 raise ValueError(
                     f"InitProcessGroupKwargs(timeout={self.timeout}) must be positive."
                 )
+
+
+@dataclasses.dataclass
+class DistributedDataParallelKwargs(KwargsHandler):
+    """Arguments for ``torch.nn.parallel.DistributedDataParallel`` (see its documentation)."""
+
+    dim: int = 0
+    broadcast_buffers: bool = True
+    bucket_cap_mb: int = 25
+    find_unused_parameters: bool = False
+    check_reduction: bool = False
+    gradient_as_bucket_view: bool = False
+    static_graph: bool = False
+
+    def __post_init__(self) -> None:
+        if self.bucket_cap_mb <= 0:
+            raise ValueError(
+                f"DistributedDataParallelKwargs(bucket_cap_mb={self.bucket_cap_mb}) must be "
+                "positive."
+            )
+
+
+@dataclasses.dataclass
+class GradScalerKwargs(KwargsHandler):
+    """Arguments for the fp16 ``torch.amp.GradScaler``."""
+
+    init_scale: float = 65536.0
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    growth_interval: int = 2000
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if self.init_scale <= 0 or self.growth_factor <= 1.0 or not 0 < self.backoff_factor < 1:
+            raise ValueError(
+                "GradScalerKwargs needs init_scale > 0, growth_factor > 1 and "
+                f"0 < backoff_factor < 1; got init_scale={self.init_scale}, "
+                f"growth_factor={self.growth_factor}, backoff_factor={self.backoff_factor}."
+            )
+        if self.growth_interval < 1:
+            raise ValueError(
+                f"GradScalerKwargs(growth_interval={self.growth_interval}) must be at least 1."
+            )
+
+
+@dataclasses.dataclass
+class AutocastKwargs(KwargsHandler):
+    """Arguments for ``torch.autocast`` (``enabled``, ``cache_enabled``)."""
+
+    enabled: bool = True
+    cache_enabled: bool | None = None

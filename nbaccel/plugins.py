@@ -7,7 +7,7 @@ from typing import Any
 
 from .enums import DynamoBackend
 
-__all__ = ["GradientAccumulationPlugin", "TorchDynamoPlugin"]
+__all__ = ["GradientAccumulationPlugin", "ProjectConfiguration", "TorchDynamoPlugin"]
 
 
 @dataclasses.dataclass
@@ -76,3 +76,47 @@ class TorchDynamoPlugin:
             "fullgraph": self.fullgraph,
             "dynamic": self.dynamic,
         }
+
+
+@dataclasses.dataclass
+class ProjectConfiguration:
+    """Where a project writes its checkpoints and logs.
+
+    Args:
+        project_dir: the project's directory (checkpoints go to ``project_dir/checkpoints``).
+        logging_dir: where trackers write; defaults to ``project_dir``.
+        automatic_checkpoint_naming: name checkpoints ``checkpoint_{i}`` automatically.
+        total_limit: keep at most this many automatic checkpoints (None: all).
+        iteration: the next checkpoint number.
+        save_on_each_node: also save on the main process of every machine.
+    """
+
+    project_dir: str | None = None
+    logging_dir: str | None = None
+    automatic_checkpoint_naming: bool = False
+    total_limit: int | None = None
+    iteration: int = 0
+    save_on_each_node: bool = False
+
+    def __post_init__(self) -> None:
+        if self.logging_dir is None:
+            self.logging_dir = self.project_dir
+        if self.total_limit is not None and (
+            isinstance(self.total_limit, bool) or not isinstance(self.total_limit, int)
+        ):
+            raise TypeError("ProjectConfiguration(total_limit=...) must be an int or None.")
+        if self.total_limit is not None and self.total_limit < 1:
+            raise ValueError(
+                f"ProjectConfiguration(total_limit={self.total_limit}) must be at least 1."
+            )
+        if isinstance(self.iteration, bool) or not isinstance(self.iteration, int):
+            raise TypeError("ProjectConfiguration(iteration=...) must be an int.")
+        if self.iteration < 0:
+            raise ValueError(f"ProjectConfiguration(iteration={self.iteration}) must be >= 0.")
+
+    def set_directories(self, project_dir: str | None = None) -> None:
+        """Set ``project_dir`` (and ``logging_dir`` when it followed ``project_dir``)."""
+        follows = self.logging_dir in (None, self.project_dir)
+        self.project_dir = project_dir
+        if follows:
+            self.logging_dir = project_dir

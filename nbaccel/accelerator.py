@@ -1,0 +1,436 @@
+"""The Accelerator facade: small, it composes state, precision, strategy, data and ops."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+from . import ops
+from .accumulation import AccumulationCounter
+from .data import DataLoaderConfiguration, skip_first_batches
+from .enums import DynamoBackend, RNGType
+from .kwargs_handlers import (
+    AutocastKwargs,
+    DistributedDataParallelKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+)
+from .plugins import GradientAccumulationPlugin, ProjectConfiguration, TorchDynamoPlugin
+from .precision import Precision
+from .preparation import Preparer
+from .state import AcceleratorState, GradientState
+from .strategies import strategy_for
+
+__all__ = ["Accelerator"]
+
+T = TypeVar("T")
+_HANDLERS = (
+    DistributedDataParallelKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    AutocastKwargs,
+)
+_UNSET: Any = object()
+
+
+def _handlers(kwargs_handlers: list[KwargsHandler] | None) -> dict[type, KwargsHandler]:
+    found: dict[type, KwargsHandler] = {}
+    for handler in kwargs_handlers or []:
+        kind = type(handler)
+        if kind not in _HANDLERS:
+            allowed = ", ".join(h.__name__ for h in _HANDLERS)
+            raise TypeError(f"kwargs_handlers got a {kind.__name__}; allowed: {allowed}.")
+        if kind in found:
+            raise ValueError(f"kwargs_handlers has two {kind.__name__} objects; pass one.")
+        found[kind] = handler
+    return found
+
+
+def _dataloader_config(
+    config: DataLoaderConfiguration | None, overrides: dict[str, Any]
+) -> DataLoaderConfiguration:
+    config = config or DataLoaderConfiguration()
+    given = {k: v for k, v in overrides.items() if v is not _UNSET}
+    if not given:
+        return config
+    warnings.warn(
+        f"Passing {sorted(given)} to Accelerator() directly is deprecated; use "
+        "dataloader_config=DataLoaderConfiguration(...).",
+        FutureWarning,
+        stacklevel=3,
+    )
+    for key, value in given.items():
+        setattr(config, key, value)
+    return config
+
+
+def _accumulation_plugin(
+    steps: int, plugin: GradientAccumulationPlugin | None
+) -> GradientAccumulationPlugin:
+    if plugin is not None:
+        if steps != 1:
+            raise ValueError(
+                "Pass gradient_accumulation_steps or gradient_accumulation_plugin, not both."
+            )
+        return plugin
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(
+            f"gradient_accumulation_steps={steps!r} is not allowed; it must be an int >= 1."
+        )
+    return GradientAccumulationPlugin(num_steps=steps)
+
+
+class Accelerator:
+    """One object for distributed, mixed-precision training with unchanged model code.
+
+    Create it inside the function you launch (``notebook_launcher``, ``nbaccel launch``,
+    ``torchrun``) or in a plain script for one process. See ``docs/accelerator.md``.
+    """
+
+    def __init__(
+        self,
+        device_placement: bool = True,
+        split_batches: bool = _UNSET,
+        mixed_precision: str | None = None,
+        gradient_accumulation_steps: int = 1,
+        cpu: bool = False,
+        dataloader_config: DataLoaderConfiguration | None = None,
+        deepspeed_plugin: Any = None,
+        fsdp_plugin: Any = None,
+        torch_tp_plugin: Any = None,
+        megatron_lm_plugin: Any = None,
+        rng_types: list[str | RNGType] | None = None,
+        log_with: Any = None,
+        project_dir: str | None = None,
+        project_config: ProjectConfiguration | None = None,
+        gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
+        step_scheduler_with_optimizer: bool = True,
+        kwargs_handlers: list[KwargsHandler] | None = None,
+        dynamo_backend: str | DynamoBackend | None = None,
+        dynamo_plugin: TorchDynamoPlugin | None = None,
+        dispatch_batches: bool | None = _UNSET,
+        even_batches: bool = _UNSET,
+        use_seedable_sampler: bool = _UNSET,
+        fp16: bool | None = None,
+    ) -> None:
+        if fp16:
+            warnings.warn(
+                "fp16=True is deprecated; use mixed_precision='fp16'.", FutureWarning, stacklevel=2
+            )
+            mixed_precision = mixed_precision or "fp16"
+        unsupported = {
+            "deepspeed_plugin": deepspeed_plugin,
+            "megatron_lm_plugin": megatron_lm_plugin,
+            "torch_tp_plugin": torch_tp_plugin,
+        }
+        for name, value in unsupported.items():
+            if value is not None:
+                raise NotImplementedError(
+                    f"Accelerator({name}=...) is not supported by nbaccel yet; several "
+                    "processes train with DDP, or pass fsdp_plugin for sharded training."
+                )
+        handlers = _handlers(kwargs_handlers)
+        accumulation = _accumulation_plugin(
+            gradient_accumulation_steps, gradient_accumulation_plugin
+        )
+        if dynamo_backend is not None and dynamo_plugin is None:
+            dynamo_plugin = TorchDynamoPlugin(backend=dynamo_backend)
+        pg = handlers.get(InitProcessGroupKwargs)
+        self.state = AcceleratorState(
+            mixed_precision=mixed_precision,
+            cpu=cpu,
+            dynamo_plugin=dynamo_plugin,
+            fsdp_plugin=fsdp_plugin,
+            _from_accelerator=True,
+            **(pg.to_kwargs() if pg is not None else {}),
+        )
+        self.gradient_state = GradientState(gradient_accumulation_plugin=accumulation)
+        self.dataloader_config = _dataloader_config(
+            dataloader_config,
+            {
+                "split_batches": split_batches,
+                "dispatch_batches": dispatch_batches,
+                "even_batches": even_batches,
+                "use_seedable_sampler": use_seedable_sampler,
+            },
+        )
+        self.project_configuration = project_config or ProjectConfiguration(project_dir=project_dir)
+        if project_dir is not None:
+            self.project_configuration.set_directories(project_dir)
+        self.log_with = log_with
+        self.device_placement = device_placement
+        self.rng_types = [str(RNGType.parse(r, "rng_types")) for r in (rng_types or ["generator"])]
+        self.precision = Precision(
+            self.state.mixed_precision,
+            self.state.device,
+            autocast_kwargs=handlers.get(AutocastKwargs),  # type: ignore[arg-type]
+            scaler_kwargs=handlers.get(GradScalerKwargs),  # type: ignore[arg-type]
+        )
+        self.scaler = self.precision.scaler
+        self.strategy = strategy_for(self.state.distributed_type)
+        ddp = handlers.get(DistributedDataParallelKwargs)
+        self._preparer = Preparer(
+            device=self.state.device,
+            num_processes=self.state.num_processes,
+            process_index=self.state.process_index,
+            strategy=self.strategy,
+            precision=self.precision,
+            device_placement=device_placement,
+            ddp_kwargs=ddp.to_kwargs() if ddp is not None else {},
+            dynamo_plugin=dynamo_plugin,
+            dataloader_config=self.dataloader_config,
+            rng_types=self.rng_types,
+            step_scheduler_with_optimizer=step_scheduler_with_optimizer,
+        )
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self._accumulation = AccumulationCounter()
+        self.step = 0
+
+    # -- attributes --------------------------------------------------------------------------
+    device = property(lambda self: self.state.device, doc="The device of this process.")
+    distributed_type = property(lambda self: self.state.distributed_type, doc="The setup.")
+    num_processes = property(lambda self: self.state.num_processes, doc="Processes in the job.")
+    process_index = property(lambda self: self.state.process_index, doc="This process's index.")
+    local_process_index = property(
+        lambda self: self.state.local_process_index, doc="Index of this process on its machine."
+    )
+    is_main_process = property(lambda self: self.state.is_main_process, doc="Index 0.")
+    is_local_main_process = property(
+        lambda self: self.state.is_local_main_process, doc="First process of its machine."
+    )
+    is_last_process = property(lambda self: self.state.is_last_process, doc="Highest index.")
+    mixed_precision = property(lambda self: self.state.mixed_precision, doc="The precision.")
+    use_distributed = property(lambda self: self.state.use_distributed, doc="Several processes.")
+    sync_gradients = property(
+        lambda self: self.gradient_state.sync_gradients, doc="This step synchronises gradients."
+    )
+    split_batches = property(lambda self: self.dataloader_config.split_batches)
+    dispatch_batches = property(lambda self: self.dataloader_config.dispatch_batches)
+    even_batches = property(lambda self: self.dataloader_config.even_batches)
+    project_dir = property(lambda self: self.project_configuration.project_dir)
+    logging_dir = property(lambda self: self.project_configuration.logging_dir)
+    fp8_recipe_handler = None
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        """Batches accumulated per optimizer step."""
+        return self.gradient_state.num_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, steps: int) -> None:
+        plugin = _accumulation_plugin(steps, None)
+        current = self.gradient_state.plugin_kwargs
+        current["num_steps"] = plugin.num_steps
+        GradientState(GradientAccumulationPlugin(**current))
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """True when the fp16 scaler skipped the last optimizer step (inf/nan gradients)."""
+        return any(opt.step_was_skipped for opt in self._preparer.optimizers)
+
+    @property
+    def _models(self) -> list[nn.Module]:
+        return self._preparer.models
+
+    @property
+    def _optimizers(self) -> list[Any]:
+        return self._preparer.optimizers
+
+    @property
+    def _schedulers(self) -> list[Any]:
+        return self._preparer.schedulers
+
+    @property
+    def _dataloaders(self) -> list[Any]:
+        return self._preparer.dataloaders
+
+    # -- prepare -----------------------------------------------------------------------------
+    def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
+        """Prepare models, optimizers, schedulers and data loaders; returns them in order."""
+        prepared = self._preparer.prepare(args, device_placement)
+        return prepared[0] if len(prepared) == 1 else prepared
+
+    def prepare_model(
+        self, model: nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False
+    ) -> nn.Module:
+        """Prepare one model (``evaluation_mode=True``: placement and precision, no DDP)."""
+        return self._preparer.model(model, device_placement, evaluation_mode)
+
+    def prepare_optimizer(
+        self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
+    ) -> Any:
+        """Prepare one optimizer."""
+        return self._preparer.optimizer(optimizer, device_placement)
+
+    def prepare_scheduler(self, scheduler: Any) -> Any:
+        """Prepare one learning-rate scheduler (after its optimizer)."""
+        return self._preparer.scheduler(scheduler)
+
+    def prepare_data_loader(
+        self,
+        data_loader: Any,
+        device_placement: bool | None = None,
+        slice_fn_for_dispatch: Any = None,
+    ) -> Any:
+        """Prepare one data loader."""
+        return self._preparer.data_loader(data_loader, device_placement, slice_fn_for_dispatch)
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """The same loader without its first ``num_batches`` batches (to resume an epoch)."""
+        return skip_first_batches(dataloader, num_batches)
+
+    # -- training steps ----------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward()``, divided for accumulation and scaled under fp16."""
+        loss = loss / self.gradient_accumulation_steps
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward(**kwargs)
+        else:
+            loss.backward(**kwargs)
+
+    def autocast(self, autocast_handler: AutocastKwargs | None = None) -> Any:
+        """Context manager: run the block in the mixed-precision dtype."""
+        return self.precision.autocast(autocast_handler)
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: nn.Module) -> Iterator[None]:
+        """Context for one batch under gradient accumulation: gradients synchronise (and the
+        optimizer steps) every ``gradient_accumulation_steps`` batches and on the last batch."""
+        sync = self._accumulation.advance()
+        self.step += 1
+        with contextlib.ExitStack() as stack:
+            if not sync and not self.gradient_state.sync_each_batch:
+                for model in models:
+                    stack.enter_context(self.no_sync(model))
+            yield
+
+    def no_sync(self, model: nn.Module) -> Any:
+        """Context: backward passes inside do not synchronise ``model``'s gradients."""
+        return self.strategy.no_sync(model)
+
+    def unscale_gradients(self, optimizer: Any = None) -> None:
+        """Unscale fp16 gradients of ``optimizer`` (all prepared ones when None)."""
+        if self.scaler is None or not self.sync_gradients:
+            return
+        targets = [optimizer] if optimizer is not None else self._preparer.optimizers
+        for opt in targets:
+            opt.unscale_gradients()
+
+    def clip_grad_norm_(
+        self, parameters: Any, max_norm: float, norm_type: float = 2
+    ) -> torch.Tensor:
+        """Clip the gradients' total norm (after unscaling fp16 gradients); returns the norm."""
+        self.unscale_gradients()
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
+        """Clip every gradient value to ``[-clip_value, clip_value]`` (after unscaling)."""
+        self.unscale_gradients()
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True) -> nn.Module:
+        """The user's model inside any DDP / compile wrappers."""
+        inner = self.strategy.unwrap_model(model)
+        if not keep_fp32_wrapper:
+            Precision.unwrap_forward(inner)
+        return inner
+
+    def free_memory(self, *objects: Any) -> tuple[Any, ...]:
+        """Drop the references this Accelerator holds, collect garbage, empty device caches."""
+        self._preparer.release()
+        self._accumulation.reset()
+        self.step = 0
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return tuple(None for _ in objects)
+
+    clear = free_memory
+
+    # -- processes (delegated to the state) --------------------------------------------------
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` once per machine."""
+        self.state.print(*args, **kwargs)
+
+    def wait_for_everyone(self) -> None:
+        """Block until every process gets here."""
+        self.state.wait_for_everyone()
+
+    def main_process_first(self) -> Any:
+        """Context: the main process runs the block first."""
+        return self.state.main_process_first()
+
+    def local_main_process_first(self) -> Any:
+        """Context: each machine's first process runs the block first."""
+        return self.state.local_main_process_first()
+
+    def split_between_processes(self, inputs: T, apply_padding: bool = False) -> Any:
+        """Context: this process's share of ``inputs``."""
+        return self.state.split_between_processes(inputs, apply_padding=apply_padding)
+
+    def on_main_process(self, function: Callable[..., Any]) -> Any:
+        """Decorator: run on the main process only."""
+        return self.state.on_main_process(function)
+
+    def on_local_main_process(self, function: Callable[..., Any]) -> Any:
+        """Decorator: run on each machine's first process only."""
+        return self.state.on_local_main_process(function)
+
+    def on_last_process(self, function: Callable[..., Any]) -> Any:
+        """Decorator: run on the last process only."""
+        return self.state.on_last_process(function)
+
+    def on_process(self, function: Any = None, process_index: Any = None) -> Any:
+        """Decorator: run on the process with this global index only."""
+        return self.state.on_process(function, process_index=process_index)
+
+    def on_local_process(self, function: Any = None, local_process_index: Any = None) -> Any:
+        """Decorator: run on the process with this index on each machine only."""
+        return self.state.on_local_process(function, local_process_index=local_process_index)
+
+    # -- collective operations ---------------------------------------------------------------
+    def gather(self, tensor: Any) -> Any:
+        """Gather (nested) tensors from every process, concatenated along dim 0."""
+        return ops.gather(tensor)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """Gather for evaluation: drops the samples duplicated to even out the last batch, so
+        exactly the data set's samples come back, in order."""
+        objects = use_gather_object or not ops.has_only_tensors(input_data)
+        data = ops.gather_object(input_data) if objects else ops.gather(input_data)
+        state = self.gradient_state
+        if state.end_of_dataloader and state.remainder > 0:
+            return ops.truncate(data, state.remainder)
+        return data
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        """Reduce (nested) tensors across processes (``sum``, ``mean`` or ``none``)."""
+        return ops.reduce(tensor, reduction=reduction, scale=scale)
+
+    def pad_across_processes(
+        self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
+    ) -> Any:
+        """Pad (nested) tensors to the largest size along ``dim`` across processes."""
+        return ops.pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
+
+    # -- saving ------------------------------------------------------------------------------
+    def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
+        """Save ``obj`` once per job (on the main process): torch.save or safetensors."""
+        if not self.is_main_process:
+            return
+        if safe_serialization:
+            from safetensors.torch import save_file
+
+            save_file(obj, f)
+        else:
+            torch.save(obj, f)
+
+    def __repr__(self) -> str:
+        return f"Accelerator(\n{self.state!r})"

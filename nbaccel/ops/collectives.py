@@ -1,0 +1,303 @@
+"""Collectives over nested tensors: gather, pad_across_processes, reduce, broadcast and friends."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .checks import (
+    agree,
+    check_process,
+    gather_hint,
+    per_process,
+    rebuild,
+    same_ndim,
+    same_shape_and_dtype,
+    shape_text,
+    tensor_leaves,
+)
+from .exchange import Context, context, exchange_ints
+
+__all__ = [
+    "broadcast",
+    "broadcast_object_list",
+    "gather",
+    "gather_object",
+    "pad_across_processes",
+    "reduce",
+]
+
+REDUCTIONS = ("sum", "mean", "none")
+
+
+# -- gather ------------------------------------------------------------------------------------
+
+
+def _gather_one(tensor: torch.Tensor, ctx: Context) -> torch.Tensor:
+    tensor = (tensor.reshape(1) if tensor.ndim == 0 else tensor).contiguous()
+    if ctx.backend in (None, "gloo"):
+        parts = [torch.empty_like(tensor) for _ in range(ctx.num_processes)]
+        dist.all_gather(parts, tensor)
+        return torch.cat(parts, dim=0)
+    out = tensor.new_empty((ctx.num_processes * tensor.shape[0], *tensor.shape[1:]))
+    dist.all_gather_into_tensor(out, tensor)
+    return out
+
+
+def gather(data: Any) -> Any:
+    """Gather the tensors of nested ``data`` from every process, concatenated along dim 0.
+
+    0-d tensors become 1-d first, so a scalar per process gives a vector with one value per
+    process, in process order. On one process ``data`` is returned unchanged.
+
+    Args:
+        data: a tensor, or nested lists / tuples / dicts of tensors; the same shapes and dtypes
+            on every process (pad with :func:`pad_across_processes` where sizes differ).
+
+    Returns:
+        The same structure; each tensor holds process 0's rows, then process 1's, and so on.
+
+    Raises:
+        TypeError: a leaf is not a tensor (use :func:`gather_object` for Python objects).
+        ValueError: the structure, a shape or a dtype differs between processes; raised on every
+            process, naming each process's shape, before any data moves.
+    """
+    ctx = context()
+    if not ctx.distributed:
+        tensor_leaves("gather", data, None)
+        return data
+    tensors, _ = agree("gather", data, ctx, same_shape_and_dtype(gather_hint))
+    if ctx.is_xla:
+        import torch_xla.core.xla_model as xm
+
+        results = [
+            xm.all_gather((t.reshape(1) if t.ndim == 0 else t).contiguous()) for t in tensors
+        ]
+        xm.mark_step()
+    else:
+        results = [_gather_one(t, ctx) for t in tensors]
+    return rebuild(data, results)
+
+
+def gather_object(obj: Any) -> list[Any]:
+    """Gather a picklable object from every process.
+
+    Returns:
+        When every process passes a list or tuple: their elements, concatenated in process
+        order. Otherwise the list of every process's object. On one process a list or tuple is
+        returned unchanged and any other object as ``[obj]``.
+    """
+    ctx = context()
+    if not ctx.distributed:
+        return obj if isinstance(obj, (list, tuple)) else [obj]  # type: ignore[return-value]
+    if ctx.is_xla:
+        import torch_xla.core.xla_model as xm
+
+        gathered = list(xm.mesh_reduce("nbaccel.ops.gather_object", obj, list))
+    else:
+        gathered = [None] * ctx.num_processes
+        dist.all_gather_object(gathered, obj)
+    if all(isinstance(item, (list, tuple)) for item in gathered):
+        return [element for item in gathered for element in item]
+    return gathered
+
+
+# -- pad ---------------------------------------------------------------------------------------
+
+
+def _pad_one(
+    tensor: torch.Tensor, dim: int, size: int, pad_index: Any, pad_first: bool
+) -> torch.Tensor:
+    old = tensor.shape[dim]
+    if size == old:
+        return tensor
+    new_shape = list(tensor.shape)
+    new_shape[dim] = size
+    padded = tensor.new_full(new_shape, pad_index)
+    keep = slice(size - old, size) if pad_first else slice(0, old)
+    padded[(slice(None),) * dim + (keep,)] = tensor
+    return padded
+
+
+def pad_across_processes(
+    data: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False
+) -> Any:
+    """Pad the tensors of nested ``data`` along ``dim`` to their largest size on any process.
+
+    After this, :func:`gather` works on tensors whose size along ``dim`` differed. Tensors with
+    fewer than ``dim + 1`` dimensions are left as they are; negative ``dim`` counts from the
+    end. On one process ``data`` is returned unchanged.
+
+    Args:
+        data: a tensor, or nested lists / tuples / dicts of tensors.
+        dim: the dimension to pad.
+        pad_index: the value written into the padding.
+        pad_first: pad at the start instead of the end.
+
+    Raises:
+        TypeError: a bad argument, or a leaf that is not a tensor.
+        ValueError: the structure or a tensor's number of dimensions differs between processes.
+    """
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"pad_across_processes(dim=...) must be an int, got {dim!r}.")
+    if isinstance(pad_index, bool) or not isinstance(pad_index, (int, float)):
+        raise TypeError(f"pad_across_processes(pad_index=...) must be a number, got {pad_index!r}.")
+    ctx = context()
+    if not ctx.distributed:
+        tensor_leaves("pad_across_processes", data, None)
+        return data
+    tensors, layouts = agree("pad_across_processes", data, ctx, same_ndim)
+    results = []
+    for i, tensor in enumerate(tensors):
+        axis = dim + tensor.ndim if dim < 0 else dim
+        if not 0 <= axis < tensor.ndim:
+            results.append(tensor)
+            continue
+        size = max(layout.shape(i)[axis] for layout in layouts)
+        results.append(_pad_one(tensor, axis, size, pad_index, bool(pad_first)))
+    return rebuild(data, results)
+
+
+# -- reduce ------------------------------------------------------------------------------------
+
+
+def _finish_reduce(tensor: torch.Tensor, reduction: str, divisor: int, scale: float) -> Any:
+    if reduction == "mean":
+        tensor = torch.div(tensor, divisor)
+    return tensor * scale if scale != 1.0 else tensor
+
+
+def reduce(data: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
+    """Reduce the tensors of nested ``data`` over every process.
+
+    Args:
+        data: a tensor, or nested lists / tuples / dicts of tensors; the same shapes and dtypes
+            on every process.
+        reduction: ``"sum"``, ``"mean"`` or ``"none"`` (as in Accelerate, ``"none"`` also sums).
+        scale: multiplies the result (on every platform; Accelerate applies it on XLA only).
+
+    Returns:
+        The same structure with new tensors (the inputs are not modified). On one process each
+        tensor is a copy of its input (times ``scale``). ``"mean"`` of integer tensors is a
+        floating-point tensor.
+
+    Raises:
+        ValueError: an unknown ``reduction``, or shapes / dtypes that differ between processes.
+        TypeError: a leaf that is not a tensor, or a ``scale`` that is not a number.
+    """
+    if reduction not in REDUCTIONS:
+        allowed = ", ".join(repr(r) for r in REDUCTIONS)
+        raise ValueError(f"reduce(reduction={reduction!r}) is not valid; allowed: {allowed}.")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"reduce(scale=...) must be a number, got {scale!r}.")
+    ctx = context()
+    if not ctx.distributed:
+        tensors = [t for _, t in tensor_leaves("reduce", data, None)]
+        return rebuild(data, [_finish_reduce(t.clone(), reduction, 1, scale) for t in tensors])
+    check = same_shape_and_dtype(lambda *_: "Pad it first with pad_across_processes.")
+    tensors, _ = agree("reduce", data, ctx, check)
+    clones = [t.clone() for t in tensors]
+    if ctx.is_xla:
+        import torch_xla.core.xla_model as xm
+
+        xm.mark_step()
+        xm.all_reduce(xm.REDUCE_SUM, clones, scale)
+        xm.mark_step()
+        scale = 1.0  # applied by all_reduce
+    else:
+        for clone in clones:
+            dist.all_reduce(clone, op=dist.ReduceOp.SUM)
+    results = [_finish_reduce(c, reduction, ctx.num_processes, scale) for c in clones]
+    return rebuild(data, results)
+
+
+# -- broadcast ---------------------------------------------------------------------------------
+
+
+def _broadcast_hint(from_process: int) -> Callable[[int, list[tuple[int, ...]]], str]:
+    def hint(_: int, shapes: list[tuple[int, ...]]) -> str:
+        return (
+            f"broadcast copies process {from_process}'s tensors into the other processes' "
+            f"tensors, so each must already have shape {shape_text(shapes[from_process])} "
+            "(e.g. torch.empty(shape) on the receivers). Use broadcast_object_list to send data "
+            "whose shape the receivers do not know."
+        )
+
+    return hint
+
+
+def broadcast(data: Any, from_process: int = 0) -> Any:
+    """Copy the tensors of nested ``data`` from process ``from_process`` to every process.
+
+    With torch.distributed the tensors are overwritten in place and ``data`` is returned; on
+    XLA new tensors are returned. Use the return value either way. On one process ``data`` is
+    returned unchanged.
+
+    Raises:
+        ValueError: ``from_process`` out of range, or the structure, a shape or a dtype differs
+            between processes (raised on every process before any data moves).
+        TypeError: a bad ``from_process``, or a leaf that is not a tensor.
+    """
+    ctx = context()
+    source = check_process("broadcast", from_process, ctx)
+    if not ctx.distributed:
+        tensor_leaves("broadcast", data, None)
+        return data
+    tensors, _ = agree("broadcast", data, ctx, same_shape_and_dtype(_broadcast_hint(source)))
+    if ctx.is_xla:
+        import torch_xla.core.xla_model as xm
+
+        results = [
+            xm.mesh_reduce(f"nbaccel.ops.broadcast.{i}", t, lambda x: x[source])
+            for i, t in enumerate(tensors)
+        ]
+        return rebuild(data, results)
+    for tensor in tensors:
+        buffer = tensor if tensor.is_contiguous() else tensor.contiguous()
+        dist.broadcast(buffer, src=source)
+        if buffer is not tensor:
+            tensor.copy_(buffer)
+    return data
+
+
+def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:
+    """Replace, in place, the items of ``object_list`` with those of process ``from_process``.
+
+    Every process passes a list of the same length (placeholders such as None on the
+    receivers); the objects must be picklable.
+
+    Returns:
+        ``object_list`` itself.
+
+    Raises:
+        TypeError: ``object_list`` is not a list, or a bad ``from_process``.
+        ValueError: ``from_process`` out of range, or lists of different lengths.
+    """
+    if not isinstance(object_list, list):
+        raise TypeError(
+            "broadcast_object_list fills its list in place, so it needs a list, got "
+            f"{type(object_list).__name__}. Wrap the value: broadcast_object_list([value])[0]."
+        )
+    ctx = context()
+    source = check_process("broadcast_object_list", from_process, ctx)
+    if not ctx.distributed:
+        return object_list
+    lengths = [v[0] for v in exchange_ints([len(object_list)], ctx, "broadcast_object_list")]
+    if len(set(lengths)) > 1:
+        raise ValueError(
+            "broadcast_object_list needs a list of the same length on every process, but the "
+            f"lengths differ ({per_process(lengths)}). Pass e.g. [None] * {lengths[source]} "
+            "on the receiving processes."
+        )
+    if ctx.is_xla:
+        import torch_xla.core.xla_model as xm
+
+        for i, obj in enumerate(object_list):
+            tag = f"nbaccel.ops.broadcast_object_list.{i}"
+            object_list[i] = xm.mesh_reduce(tag, obj, lambda x: x[source])
+    else:
+        dist.broadcast_object_list(object_list, src=source)
+    return object_list

@@ -1,0 +1,190 @@
+"""Where the collectives run, and the layout check that every rank passes before one starts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..enums import DistributedType
+from ..state import PartialState
+
+__all__ = [
+    "Context",
+    "Layout",
+    "context",
+    "exchange_ints",
+    "exchange_layouts",
+    "flatten_tensors",
+]
+
+# dtypes are sent as their index in this table; -1 stands for any other dtype.
+_DTYPE_NAMES = (
+    "float32", "float64", "float16", "bfloat16", "uint8", "int8", "int16", "int32", "int64",
+    "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2", "uint16", "uint32",
+    "uint64",
+)  # fmt: skip
+_DTYPES = tuple(getattr(torch, name) for name in _DTYPE_NAMES if hasattr(torch, name))
+# Layouts up to this many integers travel in one small all_gather; longer ones need a second.
+_INLINE = 64
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a collective needs to know about this process's place in the job."""
+
+    kind: DistributedType
+    num_processes: int
+    process_index: int
+    device: torch.device
+    backend: str | None
+
+    @property
+    def distributed(self) -> bool:
+        """True when the data has to travel between processes."""
+        return self.num_processes > 1
+
+    @property
+    def is_xla(self) -> bool:
+        """True on TPU (torch_xla) processes."""
+        return self.kind == DistributedType.XLA
+
+
+def context() -> Context:
+    """The current process's context, read from the process-wide state."""
+    state = PartialState()
+    ctx = Context(
+        kind=state.distributed_type,
+        num_processes=state.num_processes,
+        process_index=state.process_index,
+        device=state.device,
+        backend=state.backend,
+    )
+    if ctx.distributed and not ctx.is_xla and not dist.is_initialized():
+        raise RuntimeError(
+            f"This process is one of {ctx.num_processes}, but no torch.distributed process "
+            "group is initialised, so data cannot be exchanged. Start the job with "
+            "notebook_launcher, `nbaccel launch` or torchrun, and create Accelerator() or "
+            "PartialState() in every process before calling collective operations."
+        )
+    return ctx
+
+
+def _path_of(parent: str, key: Any) -> str:
+    return f"{parent}[{key!r}]"
+
+
+def flatten_tensors(data: Any, path: str = "data") -> tuple[list[tuple[str, Any]], list[str]]:
+    """``(path, leaf)`` for every leaf of nested ``data`` in ``recursively_apply`` order.
+
+    Returns:
+        The tensors with their paths, and the paths of leaves that are not tensors.
+    """
+    tensors: list[tuple[str, Any]] = []
+    others: list[str] = []
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, (list, tuple)):
+            for index, item in enumerate(node):
+                walk(item, _path_of(where, index))
+        elif isinstance(node, Mapping):
+            for key, item in node.items():
+                walk(item, _path_of(where, key))
+        elif isinstance(node, torch.Tensor):
+            tensors.append((where, node))
+        else:
+            others.append(f"{where} ({type(node).__name__})")
+
+    walk(data, path)
+    return tensors, others
+
+
+def _dtype_code(dtype: torch.dtype) -> int:
+    return _DTYPES.index(dtype) if dtype in _DTYPES else -1
+
+
+def _dtype_name(code: int) -> str:
+    return str(_DTYPES[code]).replace("torch.", "") if 0 <= code < len(_DTYPES) else "other"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One process's side of a collective: whether its data was usable, and each tensor's
+    dtype code and shape, in traversal order."""
+
+    ok: bool
+    tensors: tuple[tuple[int, tuple[int, ...]], ...]
+
+    @classmethod
+    def of(cls, tensors: list[tuple[str, Any]], ok: bool = True) -> Layout:
+        """The layout of ``tensors`` (as :func:`flatten_tensors` returns them)."""
+        return cls(ok, tuple((_dtype_code(t.dtype), tuple(t.shape)) for _, t in tensors))
+
+    def encode(self) -> list[int]:
+        """``[ok, count, (dtype, ndim, *shape) * count]``."""
+        out = [int(self.ok), len(self.tensors)]
+        for code, shape in self.tensors:
+            out += [code, len(shape), *shape]
+        return out
+
+    @classmethod
+    def decode(cls, values: list[int]) -> Layout:
+        """The inverse of :meth:`encode`."""
+        ok, count, pos = bool(values[0]), values[1], 2
+        tensors = []
+        for _ in range(count):
+            code, ndim = values[pos], values[pos + 1]
+            tensors.append((code, tuple(values[pos + 2 : pos + 2 + ndim])))
+            pos += 2 + ndim
+        return cls(ok, tuple(tensors))
+
+    def shape(self, index: int) -> tuple[int, ...]:
+        """Shape of tensor ``index``."""
+        return self.tensors[index][1]
+
+    def dtype(self, index: int) -> str:
+        """dtype name of tensor ``index``."""
+        return _dtype_name(self.tensors[index][0])
+
+
+def _meta_device(ctx: Context) -> torch.device:
+    return torch.device("cpu") if ctx.backend in (None, "gloo") else ctx.device
+
+
+def _all_gather_rows(row: torch.Tensor, world: int) -> torch.Tensor:
+    rows = [torch.empty_like(row) for _ in range(world)]
+    dist.all_gather(rows, row)
+    return torch.stack(rows).cpu()
+
+
+def exchange_ints(values: list[int], ctx: Context, tag: str) -> list[list[int]]:
+    """Every process's list of integers, in process order.
+
+    One small all_gather when every list fits in ``_INLINE`` integers, two otherwise; on XLA one
+    ``mesh_reduce`` under ``tag``. The lists may differ in length between processes.
+    """
+    if ctx.is_xla:
+        import torch_xla.core.xla_model as xm
+
+        return [list(v) for v in xm.mesh_reduce(f"nbaccel.ops.{tag}", list(values), list)]
+    device = _meta_device(ctx)
+    head = torch.zeros(_INLINE + 1, dtype=torch.int64)
+    head[0] = len(values)
+    inline = values[:_INLINE]
+    head[1 : 1 + len(inline)] = torch.tensor(inline, dtype=torch.int64)
+    heads = _all_gather_rows(head.to(device), ctx.num_processes)
+    lengths = [int(n) for n in heads[:, 0]]
+    if max(lengths) <= _INLINE:
+        return [heads[i, 1 : 1 + n].tolist() for i, n in enumerate(lengths)]
+    full = torch.zeros(max(lengths), dtype=torch.int64)
+    full[: len(values)] = torch.tensor(values, dtype=torch.int64)
+    rows = _all_gather_rows(full.to(device), ctx.num_processes)
+    return [rows[i, :n].tolist() for i, n in enumerate(lengths)]
+
+
+def exchange_layouts(layout: Layout, ctx: Context) -> list[Layout]:
+    """Every process's layout, in process order."""
+    return [Layout.decode(v) for v in exchange_ints(layout.encode(), ctx, "layout")]

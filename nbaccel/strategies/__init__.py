@@ -1,0 +1,24 @@
+"""How a model is wrapped and its gradients synchronised: one small class per setup."""
+
+from __future__ import annotations
+
+from ..enums import DistributedType
+from .base import Strategy
+from .ddp import DDPStrategy
+from .xla import XlaStrategy
+
+__all__ = ["DDPStrategy", "Strategy", "XlaStrategy", "strategy_for"]
+
+
+def strategy_for(distributed_type: DistributedType) -> Strategy:
+    """The strategy for a distributed type (FSDP is refused until it is wired)."""
+    if distributed_type in (DistributedType.MULTI_CPU, DistributedType.MULTI_GPU):
+        return DDPStrategy()
+    if distributed_type == DistributedType.XLA:
+        return XlaStrategy()
+    if distributed_type == DistributedType.NO:
+        return Strategy()
+    raise NotImplementedError(
+        f"Training with DistributedType.{distributed_type.name} is not available in this "
+        "version of nbaccel; without fsdp_plugin, several processes train with DDP."
+    )

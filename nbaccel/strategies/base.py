@@ -1,0 +1,37 @@
+"""The strategy interface, and the one-process strategy (no wrapping, nothing to sync)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from torch import nn
+
+__all__ = ["Strategy"]
+
+
+class Strategy:
+    """One process: models are used as they are."""
+
+    def wrap_model(self, model: nn.Module, **kwargs: Any) -> nn.Module:
+        """Wrap ``model`` for training (here: unchanged)."""
+        return model
+
+    def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[Any]:
+        """A context in which backward passes do not synchronise gradients."""
+        return contextlib.nullcontext()
+
+    def reduce_gradients(self, optimizer: Any) -> None:
+        """Reduce gradients before an optimizer step when the wrapper does not (XLA)."""
+
+    @staticmethod
+    def unwrap_model(model: nn.Module) -> nn.Module:
+        """Peel DDP, FSDP-style ``.module`` and ``torch.compile`` wrappers off ``model``."""
+        while True:
+            inner = getattr(model, "_orig_mod", None)
+            if isinstance(inner, nn.Module):
+                model = inner
+            elif isinstance(model, nn.parallel.DistributedDataParallel):
+                model = model.module
+            else:
+                return model

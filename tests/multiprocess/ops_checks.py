@@ -1,0 +1,270 @@
+"""Rank-side checks of nbaccel.ops over one real gloo process group (every rank runs them all)."""
+
+from __future__ import annotations
+
+import traceback
+from collections import OrderedDict, namedtuple
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from nbaccel import PartialState
+from nbaccel.ops import (
+    broadcast,
+    broadcast_object_list,
+    gather,
+    gather_object,
+    pad_across_processes,
+    reduce,
+)
+
+CHECKS: list[Callable[[], None]] = []
+Pair = namedtuple("Pair", ["left", "right"])
+
+
+def check(function: Callable[[], None]) -> Callable[[], None]:
+    """Register a check; checks run in the order they are defined."""
+    CHECKS.append(function)
+    return function
+
+
+def run_all_checks() -> dict[str, str]:
+    """Run every check on this rank: ``{check name: "ok" or the traceback}``."""
+    results = {}
+    for function in CHECKS:
+        try:
+            function()
+            results[function.__name__] = "ok"
+        except BaseException:
+            results[function.__name__] = traceback.format_exc()
+    return results
+
+
+def where() -> tuple[int, int]:
+    """(rank, world size)."""
+    state = PartialState()
+    return state.process_index, state.num_processes
+
+
+def rows(rank: int, n: int = 2, width: int = 3) -> torch.Tensor:
+    """An ``n x width`` tensor whose values say which rank made it."""
+    return torch.arange(n * width, dtype=torch.float32).reshape(n, width) + 100 * rank
+
+
+def expected_rows(world: int, n: int = 2, width: int = 3) -> torch.Tensor:
+    return torch.cat([rows(r, n, width) for r in range(world)])
+
+
+def raises(kind: type[Exception], function: Callable[[], Any]) -> str:
+    """The message of the ``kind`` error that ``function()`` raises (AssertionError if none)."""
+    try:
+        function()
+    except kind as error:
+        return str(error)
+    raise AssertionError(f"{kind.__name__} was not raised")
+
+
+def next_collective_works() -> None:
+    """A gather right after an error still works: no rank is stuck in a collective."""
+    rank, world = where()
+    assert gather(torch.tensor([rank])).tolist() == list(range(world))
+
+
+# --- gather ----------------------------------------------------------------------------------
+
+
+@check
+def gather_tensor() -> None:
+    rank, world = where()
+    out = gather(rows(rank))
+    torch.testing.assert_close(out, expected_rows(world))
+    ints = gather(torch.tensor([rank, -rank]))
+    assert ints.dtype == torch.int64 and ints.tolist() == [v for r in range(world) for v in (r, -r)]
+    flags = gather(torch.tensor([rank % 2 == 0]))
+    assert flags.tolist() == [r % 2 == 0 for r in range(world)]
+
+
+@check
+def gather_nested_keeps_types() -> None:
+    rank, world = where()
+    data = OrderedDict(
+        x=rows(rank), parts=[rows(rank, 1), (rows(rank, 3, 2), Pair(rows(rank, 1, 1), rows(rank)))]
+    )
+    out = gather(data)
+    assert type(out) is OrderedDict and list(out) == ["x", "parts"]
+    assert type(out["parts"]) is list and type(out["parts"][1]) is tuple
+    pair = out["parts"][1][1]
+    assert type(pair) is Pair
+    torch.testing.assert_close(out["x"], expected_rows(world))
+    torch.testing.assert_close(out["parts"][0], expected_rows(world, 1))
+    torch.testing.assert_close(out["parts"][1][0], expected_rows(world, 3, 2))
+    torch.testing.assert_close(pair.left, expected_rows(world, 1, 1))
+
+
+@check
+def gather_scalars() -> None:
+    rank, world = where()
+    out = gather({"loss": torch.tensor(float(rank) / 2)})
+    assert out["loss"].shape == (world,)
+    assert out["loss"].tolist() == [r / 2 for r in range(world)]
+
+
+@check
+def gather_many_tensors() -> None:
+    """More tensors than fit in one small layout exchange (the second round)."""
+    rank, world = where()
+    out = gather([torch.full((1, 2), float(rank + i)) for i in range(40)])
+    assert len(out) == 40
+    for i, tensor in enumerate(out):
+        assert tensor[:, 0].tolist() == [float(r + i) for r in range(world)]
+
+
+@check
+def gather_object_lists_and_objects() -> None:
+    rank, world = where()
+    assert gather_object([rank, f"r{rank}"]) == [v for r in range(world) for v in (r, f"r{r}")]
+    assert gather_object({"rank": rank}) == [{"rank": r} for r in range(world)]
+
+
+# --- pad_across_processes --------------------------------------------------------------------
+
+
+@check
+def pad_dim0_then_gather() -> None:
+    rank, world = where()
+    mine = torch.arange(rank + 1) + 10 * rank
+    padded = pad_across_processes(mine)
+    assert padded.shape == (world,)
+    assert padded.tolist() == mine.tolist() + [0] * (world - rank - 1)
+    first = pad_across_processes(mine, pad_index=-1, pad_first=True)
+    assert first.tolist() == [-1] * (world - rank - 1) + mine.tolist()
+    out = gather(padded)
+    expected = []
+    for r in range(world):
+        expected += [10 * r + i for i in range(r + 1)] + [0] * (world - r - 1)
+    assert out.tolist() == expected
+
+
+@check
+def pad_dim1_nested() -> None:
+    rank, world = where()
+    data: dict[str, Any] = {
+        "ids": torch.ones(2, rank + 1, dtype=torch.long),
+        "mask": [torch.ones(rank + 2)],
+    }
+    padded = pad_across_processes(data, dim=1, pad_index=7)
+    assert padded["ids"].shape == (2, world)
+    assert padded["ids"][:, rank + 1 :].eq(7).all() and padded["ids"][:, : rank + 1].eq(1).all()
+    assert torch.equal(padded["mask"][0], data["mask"][0])  # 1-d: no dim 1, left as it is
+    last = pad_across_processes(data["ids"], dim=-1, pad_first=True)
+    assert last.shape == (2, world) and last[:, : world - rank - 1].eq(0).all()
+    out = gather(padded["ids"])
+    assert out.shape == (2 * world, world)
+
+
+# --- reduce ----------------------------------------------------------------------------------
+
+
+@check
+def reduce_sum_mean_scale() -> None:
+    rank, world = where()
+    mine = torch.tensor([1.0, float(rank)])
+    total = float(sum(range(world)))
+    assert reduce(mine, "sum").tolist() == [world, total]
+    torch.testing.assert_close(reduce(mine), torch.tensor([1.0, total / world]))
+    assert reduce(mine, "none").tolist() == [world, total]
+    assert reduce(mine, "sum", scale=0.5).tolist() == [world / 2, total / 2]
+    assert mine.tolist() == [1.0, float(rank)], "reduce modified its input"
+    nested = reduce({"n": torch.tensor(rank + 1), "v": [torch.ones(2)]}, reduction="sum")
+    assert nested["n"].item() == sum(r + 1 for r in range(world))
+    assert nested["v"][0].tolist() == [world, world]
+    mean_int = reduce(torch.tensor([rank]))
+    assert mean_int.is_floating_point() and mean_int.item() == total / world
+
+
+# --- broadcast -------------------------------------------------------------------------------
+
+
+@check
+def broadcast_from_every_rank() -> None:
+    rank, world = where()
+    for source in range(world):
+        data: dict[str, Any] = {"w": torch.full((2, 3), float(rank)), "t": (torch.tensor(rank),)}
+        out = broadcast(data, from_process=source)
+        assert out is data
+        assert out["w"].eq(source).all() and out["t"][0].item() == source
+        strided = torch.full((3, 2), float(rank)).t()  # not contiguous
+        assert broadcast(strided, source).eq(source).all() and strided.eq(source).all()
+
+
+@check
+def broadcast_object_list_from_every_rank() -> None:
+    rank, world = where()
+    for source in range(world):
+        items: list[Any] = [{"from": rank}, f"rank{rank}"] if rank == source else [None, None]
+        out = broadcast_object_list(items, from_process=source)
+        assert out is items and items == [{"from": source}, f"rank{source}"]
+
+
+# --- errors: every rank raises, then the group still works -------------------------------------
+
+
+@check
+def gather_shape_mismatch_is_an_error() -> None:
+    rank, world = where()
+    mine = torch.zeros(2, 3 if rank == 0 else 4)
+    message = raises(ValueError, lambda: gather({"logits": mine}))
+    assert "data['logits']" in message, message
+    assert "process 0: [2, 3]" in message and f"process {world - 1}: [2, 4]" in message, message
+    assert "pad_across_processes(data, dim=1)" in message, message
+    next_collective_works()
+
+
+@check
+def gather_dim0_mismatch_is_an_error() -> None:
+    rank, world = where()
+    message = raises(ValueError, lambda: gather(torch.zeros(rank + 1, 2)))
+    for r in range(world):
+        assert f"process {r}: [{r + 1}, 2]" in message, message
+    assert "pad_across_processes(data, dim=0)" in message, message
+    next_collective_works()
+
+
+@check
+def structure_and_dtype_mismatch_are_errors() -> None:
+    rank, _ = where()
+    count = [torch.ones(1)] * (1 if rank == 0 else 2)
+    assert "number of tensors" in raises(ValueError, lambda: gather(count))
+    mixed = torch.ones(2, dtype=torch.float32 if rank == 0 else torch.float64)
+    message = raises(ValueError, lambda: reduce(mixed))
+    assert "float32" in message and "float64" in message, message
+    ndim = torch.ones(2) if rank == 0 else torch.ones(2, 1)
+    assert "number of dimensions" in raises(ValueError, lambda: pad_across_processes(ndim))
+    next_collective_works()
+
+
+@check
+def non_tensor_on_one_rank_is_an_error_everywhere() -> None:
+    rank, _ = where()
+    data = {"x": torch.ones(1), "name": "abc" if rank == 1 else torch.ones(1)}
+    message = raises(TypeError, lambda: gather(data))
+    if rank == 1:
+        assert "data['name'] (str)" in message, message
+    else:
+        assert "process(es) [1]" in message, message
+    next_collective_works()
+
+
+@check
+def broadcast_mismatches_are_errors() -> None:
+    rank, world = where()
+    message = raises(ValueError, lambda: broadcast(torch.zeros(rank + 1), from_process=0))
+    assert "process 0: [1]" in message and "process 1: [2]" in message, message
+    assert "broadcast_object_list" in message, message
+    lengths = [None] * (rank + 1)
+    message = raises(ValueError, lambda: broadcast_object_list(lengths))
+    assert "lengths differ" in message, message
+    message = raises(ValueError, lambda: broadcast(torch.zeros(1), from_process=world))
+    assert f"broadcast(from_process={world})" in message and f"0..{world - 1}" in message, message
+    next_collective_works()
