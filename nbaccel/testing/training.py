@@ -1,9 +1,10 @@
 """A small, real training function: the demo's job and the equivalence tests' subject.
 
-It trains an MLP classifier on a synthetic, well-separated data set with plain
-``DistributedDataParallel`` on whatever process group ``PartialState`` set up. Each global
-step takes the next ``batch_size * num_processes`` samples and gives rank ``r`` the ``r``-th
-slice, so N ranks with batch b follow exactly the same path as one rank with batch N*b.
+It trains an MLP classifier on a synthetic data set with the Accelerator: the model, the
+optimizer and a shuffling data loader go through ``prepare()``, the loss through
+``backward()``, and the test accuracy comes from ``gather_for_metrics``. With N processes and
+batch b per process it follows exactly the path of one process with batch N*b (the shuffle is
+seeded the same way and each global batch is split between the ranks).
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, TensorDataset
 
-from ..state import PartialState
+from ..accelerator import Accelerator
+from ..seeding import set_seed
 
 __all__ = ["make_dataset", "make_model", "train_classifier"]
 
@@ -25,7 +26,7 @@ def make_dataset(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Gaussian clusters, one per class: inputs ``(samples, features)`` and integer labels."""
     gen = torch.Generator().manual_seed(seed)
-    centers = torch.randn(classes, features, generator=gen) * 3.0
+    centers = torch.randn(classes, features, generator=gen) * 0.6
     labels = torch.randint(0, classes, (samples,), generator=gen)
     inputs = centers[labels] + torch.randn(samples, features, generator=gen)
     return inputs, labels
@@ -37,50 +38,57 @@ def make_model(features: int = 32, classes: int = 4, hidden: int = 64, seed: int
     return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, classes))
 
 
-def _global_sum(value: torch.Tensor, distributed: bool) -> torch.Tensor:
-    if distributed:
-        dist.all_reduce(value)
-    return value
-
-
 def train_classifier(
-    epochs: int = 3, batch_size: int = 32, lr: float = 0.1, seed: int = 0
+    epochs: int = 3,
+    batch_size: int = 32,
+    lr: float = 0.1,
+    seed: int = 0,
+    mixed_precision: str | None = None,
 ) -> dict[str, Any]:
     """Train on this rank's share of every global batch; return metrics and final weights.
 
     Args:
         epochs: passes over the training split.
-        batch_size: samples per rank per step.
+        batch_size: samples per process per step.
         lr: SGD learning rate.
-        seed: seed of the data set and of the initial weights.
+        seed: seed of the data set, the initial weights and the shuffle.
+        mixed_precision: passed to ``Accelerator`` (None: the launcher's choice).
     """
-    state = PartialState()
-    world, rank = state.num_processes, state.process_index
+    accelerator = Accelerator(mixed_precision=mixed_precision)
+    set_seed(seed)
     inputs, labels = make_dataset(seed=seed)
-    train_x, train_y, test_x, test_y = inputs[:1536], labels[:1536], inputs[1536:], labels[1536:]
+    train = TensorDataset(inputs[:1536], labels[:1536])
+    test = TensorDataset(inputs[1536:], labels[1536:])
     model = make_model(seed=seed)
-    wrapped: nn.Module = DistributedDataParallel(model) if state.use_distributed else model
-    optimizer = torch.optim.SGD(wrapped.parameters(), lr=lr)
-    step_size = batch_size * world
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    train_loader = DataLoader(train, batch_size=batch_size, shuffle=True)
+    test_loader = DataLoader(test, batch_size=batch_size)
+    model, optimizer, train_loader, test_loader = accelerator.prepare(
+        model, optimizer, train_loader, test_loader
+    )
     steps, last_loss = 0, float("nan")
     for _ in range(epochs):
-        for start in range(0, len(train_x) - step_size + 1, step_size):
-            mine = slice(start + rank * batch_size, start + (rank + 1) * batch_size)
-            loss = nn.functional.cross_entropy(wrapped(train_x[mine]), train_y[mine])
+        model.train()
+        for x, y in train_loader:
+            loss = nn.functional.cross_entropy(model(x), y)
             optimizer.zero_grad()
-            loss.backward()
+            accelerator.backward(loss)
             optimizer.step()
             steps, last_loss = steps + 1, float(loss.detach())
+    model.eval()
+    correct = total = 0
     with torch.no_grad():
-        shard = slice(rank * len(test_x) // world, (rank + 1) * len(test_x) // world)
-        predicted = model(test_x[shard]).argmax(dim=1)
-        counts = torch.tensor([(predicted == test_y[shard]).sum().item(), len(predicted)])
-        correct, total = _global_sum(counts, state.use_distributed).tolist()
+        for x, y in test_loader:
+            predicted, expected = accelerator.gather_for_metrics((model(x).argmax(dim=1), y))
+            correct += int((predicted == expected).sum())
+            total += len(expected)
+    weights = accelerator.unwrap_model(model).state_dict()
     return {
-        "rank": rank,
-        "world_size": world,
+        "rank": accelerator.process_index,
+        "world_size": accelerator.num_processes,
         "steps": steps,
         "last_loss": last_loss,
         "accuracy": correct / total,
-        "state_dict": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "evaluated": total,
+        "state_dict": {k: v.detach().cpu().clone() for k, v in weights.items()},
     }

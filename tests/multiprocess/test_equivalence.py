@@ -1,4 +1,8 @@
-"""N ranks with batch b end with the same weights as one process with batch N*b."""
+"""N ranks with batch b end with the same weights as one process with batch N*b.
+
+The training function uses the Accelerator with a shuffling data loader, so this also checks
+that the shuffle is the same permutation and that each global batch is split between ranks.
+"""
 
 from __future__ import annotations
 
@@ -26,4 +30,6 @@ def test_ddp_through_the_launcher_matches_one_process(world: int) -> None:
         (single["state_dict"][k] - v).abs().max().item() for k, v in untouched.state_dict().items()
     ]
     assert max(moved) > 1e-2
-    assert single["accuracy"] >= 0.9 and ranks[0]["accuracy"] == pytest.approx(single["accuracy"])
+    assert single["accuracy"] >= 0.8 and ranks[0]["accuracy"] == pytest.approx(single["accuracy"])
+    # gather_for_metrics returned every test sample exactly once (512 is not a multiple of 48)
+    assert single["evaluated"] == 512 and all(r["evaluated"] == 512 for r in ranks)
