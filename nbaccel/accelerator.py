@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import warnings
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from torch import nn
 
 from . import ops
 from .accumulation import AccumulationCounter
+from .checkpoint import CheckpointingMixin
 from .data import DataLoaderConfiguration, skip_first_batches
 from .enums import DynamoBackend, RNGType
 from .kwargs_handlers import (
@@ -26,6 +28,7 @@ from .plugins import GradientAccumulationPlugin, ProjectConfiguration, TorchDyna
 from .precision import Precision
 from .preparation import Preparer
 from .state import AcceleratorState, GradientState
+from .state.registry import STATE
 from .strategies import strategy_for
 
 __all__ = ["Accelerator"]
@@ -66,9 +69,7 @@ def _dataloader_config(
         FutureWarning,
         stacklevel=3,
     )
-    for key, value in given.items():
-        setattr(config, key, value)
-    return config
+    return dataclasses.replace(config, **given)
 
 
 def _accumulation_plugin(
@@ -87,7 +88,7 @@ def _accumulation_plugin(
     return GradientAccumulationPlugin(num_steps=steps)
 
 
-class Accelerator:
+class Accelerator(CheckpointingMixin):
     """One object for distributed, mixed-precision training with unchanged model code.
 
     Create it inside the function you launch (``notebook_launcher``, ``nbaccel launch``,
@@ -143,14 +144,26 @@ class Accelerator:
         if dynamo_backend is not None and dynamo_plugin is None:
             dynamo_plugin = TorchDynamoPlugin(backend=dynamo_backend)
         pg = handlers.get(InitProcessGroupKwargs)
-        self.state = AcceleratorState(
-            mixed_precision=mixed_precision,
-            cpu=cpu,
-            dynamo_plugin=dynamo_plugin,
-            fsdp_plugin=fsdp_plugin,
-            _from_accelerator=True,
-            **(pg.to_kwargs() if pg is not None else {}),
-        )
+        fresh = STATE.accelerator is None
+        try:
+            self.state = AcceleratorState(
+                mixed_precision=mixed_precision,
+                cpu=cpu,
+                dynamo_plugin=dynamo_plugin,
+                fsdp_plugin=fsdp_plugin,
+                _from_accelerator=True,
+                **(pg.to_kwargs() if pg is not None else {}),
+            )
+            self.precision = Precision(
+                self.state.mixed_precision,
+                self.state.device,
+                autocast_kwargs=handlers.get(AutocastKwargs),  # type: ignore[arg-type]
+                scaler_kwargs=handlers.get(GradScalerKwargs),  # type: ignore[arg-type]
+            )
+        except Exception:
+            if fresh:  # a refused setting must not stick to the process (e.g. fp8 on CPU)
+                STATE.accelerator = None
+            raise
         self.gradient_state = GradientState(gradient_accumulation_plugin=accumulation)
         self.dataloader_config = _dataloader_config(
             dataloader_config,
@@ -167,12 +180,6 @@ class Accelerator:
         self.log_with = log_with
         self.device_placement = device_placement
         self.rng_types = [str(RNGType.parse(r, "rng_types")) for r in (rng_types or ["generator"])]
-        self.precision = Precision(
-            self.state.mixed_precision,
-            self.state.device,
-            autocast_kwargs=handlers.get(AutocastKwargs),  # type: ignore[arg-type]
-            scaler_kwargs=handlers.get(GradScalerKwargs),  # type: ignore[arg-type]
-        )
         self.scaler = self.precision.scaler
         self.strategy = strategy_for(self.state.distributed_type)
         ddp = handlers.get(DistributedDataParallelKwargs)
@@ -419,18 +426,6 @@ class Accelerator:
     ) -> Any:
         """Pad (nested) tensors to the largest size along ``dim`` across processes."""
         return ops.pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
-
-    # -- saving ------------------------------------------------------------------------------
-    def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
-        """Save ``obj`` once per job (on the main process): torch.save or safetensors."""
-        if not self.is_main_process:
-            return
-        if safe_serialization:
-            from safetensors.torch import save_file
-
-            save_file(obj, f)
-        else:
-            torch.save(obj, f)
 
     def __repr__(self) -> str:
         return f"Accelerator(\n{self.state!r})"

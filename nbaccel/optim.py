@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -116,7 +117,16 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             result = self.optimizer.step(closure) if closure else self.optimizer.step()
             self.step_was_skipped = False
         self._unscaled = False
+        self._clear_autocast_cache()
         return result
+
+    def _clear_autocast_cache(self) -> None:
+        """Inside an autocast block torch caches half-precision copies of the weights until
+        the outermost block exits; after the weights change those copies are stale."""
+        device_type = self.device.type if self.device is not None else "cpu"
+        with contextlib.suppress(RuntimeError, TypeError):
+            if torch.is_autocast_enabled(device_type):
+                torch.clear_autocast_cache()
 
     def train(self) -> None:
         """Forward ``train()`` to optimizers that have it (schedule-free optimizers)."""

@@ -75,11 +75,11 @@ class Preparer:
         places: list[bool | None] = [None] * len(objects)
         if device_placement is not None:
             places = list(device_placement)
+        self._check_optimizers(objects)
         result: list[Any] = list(objects)
         for i, obj in enumerate(objects):
             if not _is_scheduler(obj):
                 result[i] = self._one(obj, places[i])
-        self._check_optimizers(objects, result)
         for i, obj in enumerate(objects):
             if _is_scheduler(obj):
                 result[i] = self.scheduler(obj)
@@ -112,11 +112,13 @@ class Preparer:
             except TypeError:
                 pass
 
-    def _check_optimizers(self, given: tuple[Any, ...], prepared: list[Any]) -> None:
-        """An optimizer must optimise a prepared model's parameters, when models were prepared."""
-        if not self.models:
+    def _check_optimizers(self, given: tuple[Any, ...]) -> None:
+        """Before anything is prepared: an optimizer must optimise the parameters of a model
+        given here or prepared before, when there are such models."""
+        models = [*self.models, *(obj for obj in given if isinstance(obj, nn.Module))]
+        if not models:
             return
-        known = {id(p) for m in self.models for p in m.parameters()}
+        known = {id(p) for m in models for p in m.parameters()}
         for original in given:
             if isinstance(original, torch.optim.Optimizer):
                 params = [p for g in original.param_groups for p in g["params"]]
@@ -168,9 +170,11 @@ class Preparer:
     def scheduler(self, scheduler: Any) -> AcceleratedScheduler:
         """Wrap ``scheduler`` so that it follows the prepared optimizers."""
         self._check_new(scheduler, "scheduler")
+        target = getattr(scheduler, "optimizer", None)
+        own = [opt for opt in self.optimizers if opt.optimizer is target]
         prepared = AcceleratedScheduler(
             scheduler,
-            self.optimizers,
+            own or self.optimizers,
             step_with_optimizer=self.step_scheduler_with_optimizer,
             split_batches=self.dataloader_config.split_batches,
             num_processes=self.num_processes,
