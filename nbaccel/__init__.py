@@ -1,6 +1,8 @@
 """nbaccel: train PyTorch models on many processes, GPUs, machines or TPU cores from a notebook."""
 
 from .accelerator import Accelerator
+from .checkpoint import load_checkpoint_in_model
+from .config import write_basic_config
 from .data import DataLoaderConfiguration, skip_first_batches
 from .enums import DistributedType, DynamoBackend, LoggerType, PrecisionType, RNGType
 from .kwargs_handlers import (
@@ -12,9 +14,11 @@ from .kwargs_handlers import (
 )
 from .launch.errors import WorkerError
 from .launch.notebook import debug_launcher, notebook_launcher
+from .logging import get_logger
 from .plugins import GradientAccumulationPlugin, ProjectConfiguration, TorchDynamoPlugin
 from .seeding import set_seed
 from .state import AcceleratorState, GradientState, PartialState
+from .tracking import GeneralTracker
 
 __version__ = "0.1.0"
 
@@ -26,6 +30,7 @@ __all__ = [
     "DistributedDataParallelKwargs",
     "DistributedType",
     "DynamoBackend",
+    "GeneralTracker",
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
     "GradientState",
@@ -40,7 +45,10 @@ __all__ = [
     "WorkerError",
     "__version__",
     "debug_launcher",
+    "get_logger",
+    "load_checkpoint_in_model",
     "notebook_launcher",
     "set_seed",
     "skip_first_batches",
+    "write_basic_config",
 ]

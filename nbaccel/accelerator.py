@@ -30,6 +30,7 @@ from .preparation import Preparer
 from .state import AcceleratorState, GradientState
 from .state.registry import STATE
 from .strategies import strategy_for
+from .tracking import TrackingMixin, resolve_log_with
 
 __all__ = ["Accelerator"]
 
@@ -88,7 +89,7 @@ def _accumulation_plugin(
     return GradientAccumulationPlugin(num_steps=steps)
 
 
-class Accelerator(CheckpointingMixin):
+class Accelerator(CheckpointingMixin, TrackingMixin):
     """One object for distributed, mixed-precision training with unchanged model code.
 
     Create it inside the function you launch (``notebook_launcher``, ``nbaccel launch``,
@@ -177,6 +178,7 @@ class Accelerator(CheckpointingMixin):
         self.project_configuration = project_config or ProjectConfiguration(project_dir=project_dir)
         if project_dir is not None:
             self.project_configuration.set_directories(project_dir)
+        resolve_log_with(log_with, self.project_configuration.logging_dir)  # bad values fail now
         self.log_with = log_with
         self.device_placement = device_placement
         self.rng_types = [str(RNGType.parse(r, "rng_types")) for r in (rng_types or ["generator"])]

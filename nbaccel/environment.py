@@ -24,7 +24,9 @@ import torch
 __all__ = [
     "DeviceChoice",
     "LaunchEnvironment",
+    "accelerate_config_candidates",
     "choose_device",
+    "config_file_override",
     "cuda_device_count",
     "debug_mode_requested",
     "hardware_description",
@@ -32,7 +34,10 @@ __all__ = [
     "in_kaggle",
     "in_notebook",
     "launch_variables",
+    "log_level_requested",
+    "nbaccel_default_config_path",
     "read_launch_environment",
+    "sanity_fail_rank",
     "tpu_requested",
     "user_thread_count",
     "xla_available",
@@ -212,6 +217,16 @@ def debug_mode_requested(environ: Mapping[str, str] | None = None) -> bool:
         if env.get(name, "").strip().lower() in _TRUE:
             return True
     return False
+
+
+def log_level_requested(environ: Mapping[str, str] | None = None) -> str | None:
+    """The log level asked for with ``NBACCEL_LOG_LEVEL`` or ``ACCELERATE_LOG_LEVEL``, or None."""
+    env = _environ(environ)
+    for name in ("NBACCEL_LOG_LEVEL", "ACCELERATE_LOG_LEVEL"):
+        value = env.get(name, "").strip()
+        if value:
+            return value
+    return None
 
 
 def user_thread_count(environ: Mapping[str, str] | None = None) -> int | None:
@@ -423,3 +438,44 @@ def choose_device(launch: LaunchEnvironment, cpu: bool = False) -> DeviceChoice:
     if not launch.distributed and _mps_available():
         return DeviceChoice(torch.device("mps"), None, "mps")
     return DeviceChoice(torch.device("cpu"), distributed_backend, "cpu")
+
+
+# --- config files and the sanity test's switch -------------------------------------------------
+
+
+def config_file_override(environ: Mapping[str, str] | None = None) -> str | None:
+    """The config file named by ``NBACCEL_CONFIG_FILE`` (also set by ``nbaccel launch`` for
+    its processes, to the resolved config), or None."""
+    raw = _environ(environ).get("NBACCEL_CONFIG_FILE", "").strip()
+    return raw or None
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    home = env.get("HOME", "").strip()
+    return Path(home) if home else Path.home()
+
+
+def nbaccel_default_config_path(environ: Mapping[str, str] | None = None) -> Path:
+    """``~/.cache/nbaccel/default_config.yaml`` (``~`` is ``$HOME``)."""
+    return _home(_environ(environ)) / ".cache" / "nbaccel" / "default_config.yaml"
+
+
+def accelerate_config_candidates(environ: Mapping[str, str] | None = None) -> list[Path]:
+    """Where Accelerate keeps its default config: ``$HF_HOME/accelerate/default_config.yaml``
+    (``HF_HOME`` defaults to ``$XDG_CACHE_HOME/huggingface``, then ``~/.cache/huggingface``),
+    then the older ``default_config.json`` beside it."""
+    env = _environ(environ)
+    hf_home = env.get("HF_HOME", "").strip()
+    if hf_home:
+        base = Path(hf_home).expanduser()
+    else:
+        xdg = env.get("XDG_CACHE_HOME", "").strip()
+        base = (Path(xdg).expanduser() if xdg else _home(env) / ".cache") / "huggingface"
+    folder = base / "accelerate"
+    return [folder / "default_config.yaml", folder / "default_config.json"]
+
+
+def sanity_fail_rank(environ: Mapping[str, str] | None = None) -> int | None:
+    """The rank that ``nbaccel test``'s sanity script fails on purpose
+    (``NBACCEL_TEST_FAIL_RANK``), or None."""
+    return _int_var(_environ(environ), "NBACCEL_TEST_FAIL_RANK", default=None)

@@ -1,5 +1,7 @@
 """Re-exports only: the names user code imports from ``accelerate.utils``."""
 
+from .checkpoint import load_checkpoint_in_model
+from .config import write_basic_config
 from .data import DataLoaderConfiguration, skip_first_batches
 from .enums import DistributedType, DynamoBackend, LoggerType, PrecisionType, RNGType
 from .kwargs_handlers import (
@@ -29,22 +31,36 @@ from .ops import (
 )
 from .plugins import GradientAccumulationPlugin, ProjectConfiguration, TorchDynamoPlugin
 from .seeding import set_seed
+from .tracking import (
+    CometMLTracker,
+    GeneralTracker,
+    JSONLTracker,
+    MLflowTracker,
+    TensorBoardTracker,
+    WandBTracker,
+)
 
 __all__ = [
     "AutocastKwargs",
+    "CometMLTracker",
     "DataLoaderConfiguration",
     "DistributedDataParallelKwargs",
     "DistributedType",
     "DynamoBackend",
+    "GeneralTracker",
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
     "InitProcessGroupKwargs",
+    "JSONLTracker",
     "KwargsHandler",
     "LoggerType",
+    "MLflowTracker",
     "PrecisionType",
     "ProjectConfiguration",
     "RNGType",
+    "TensorBoardTracker",
     "TorchDynamoPlugin",
+    "WandBTracker",
     "broadcast",
     "broadcast_object_list",
     "concatenate",
@@ -56,6 +72,7 @@ __all__ = [
     "honor_type",
     "is_torch_tensor",
     "listify",
+    "load_checkpoint_in_model",
     "pad_across_processes",
     "recursively_apply",
     "reduce",
@@ -64,4 +81,5 @@ __all__ = [
     "set_seed",
     "skip_first_batches",
     "slice_tensors",
+    "write_basic_config",
 ]

@@ -105,7 +105,11 @@ class LaunchConfig:
 
     @classmethod
     def build(cls, **kwargs: Any) -> LaunchConfig:
-        """Validate raw launcher arguments; ``None`` values take their defaults."""
+        """Validate raw launcher arguments; ``None`` values take the config file's value where
+        a file is in force (``nbaccel config``), else their defaults."""
+        from ..config.resolve import launcher_defaults
+
+        kwargs = launcher_defaults(kwargs)
         gpus = cuda_device_count()
         cpu = kwargs.pop("cpu", None)
         if cpu is not None and not isinstance(cpu, bool):

@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from ..environment import read_launch_environment
 from ..state.registry import STATE, reset_registry
+from .bars import text_bars_in_worker
 from .errors import capture_exception
 from .events import RankStateEvent
 from .guard import check_child_not_bad_fork
@@ -96,6 +97,7 @@ def _call(spec: WorkerSpec, channel: _Channel) -> int:
 def run_worker(spec: WorkerSpec, forked: bool) -> int:
     """Run ``spec.function`` in this (launched) process; returns the exit code."""
     redirect_child_output(spec.stdout_fd, spec.stderr_fd)
+    text_bars_in_worker()  # notebook progress bars cannot be drawn from a worker
     _die_with_parent(spec.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides when workers stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -28,7 +28,9 @@ class AcceleratorState(ProcessView):
 
     Args:
         mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``; None takes the
-            launcher's choice (``notebook_launcher(mixed_precision=...)``), else ``"no"``.
+            launcher's choice (``notebook_launcher(mixed_precision=...)``), else the config
+            file's (``nbaccel config``; under ``nbaccel launch``, the resolved config), else
+            ``"no"``.
         cpu: run on the CPU even when an accelerator is present.
         dynamo_plugin: a :class:`TorchDynamoPlugin` for ``torch.compile``.
         deepspeed_plugin: not supported yet (a clear error).
@@ -65,6 +67,10 @@ class AcceleratorState(ProcessView):
         record = STATE.accelerator
         if record is None:
             launch = current_process().launch
+            if precision is None and launch.mixed_precision is None:
+                from ..config.resolve import configured_precision
+
+                precision = configured_precision()  # the config file in force, if it says
             STATE.accelerator = AcceleratorRecord(
                 mixed_precision=precision or launch.mixed_precision or "no",
                 fsdp_plugin=fsdp_plugin,

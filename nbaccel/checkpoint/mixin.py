@@ -1,0 +1,293 @@
+"""The Accelerator's checkpointing methods: save_state / load_state, hooks, registered
+objects, save_model, get_state_dict and save."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import shutil
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save as safetensors_bytes
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from ..accumulation import AccumulationCounter
+from ..ops import broadcast_object_list
+from ..plugins import ProjectConfiguration
+from ..preparation import Preparer
+from ..state import AcceleratorState
+from ..strategies import Strategy
+from .export import save_model_files
+from .files import dedupe_shared, save_object, save_tensors
+from .layout import (
+    checkpoint_dirs,
+    publish,
+    remove_stale_staging,
+    staging_dir,
+    write_manifest,
+)
+from .state import StateObjects, load_state_files, save_state_files
+
+__all__ = ["CheckpointingMixin"]
+
+
+@dataclasses.dataclass
+class _Registry:
+    custom: list[Any] = dataclasses.field(default_factory=list)
+    # OrderedDict: RemovableHandle keeps a weak reference, which a plain dict does not allow
+    save_hooks: OrderedDict[int, Callable[..., None]] = dataclasses.field(
+        default_factory=OrderedDict
+    )
+    load_hooks: OrderedDict[int, Callable[..., None]] = dataclasses.field(
+        default_factory=OrderedDict
+    )
+
+
+class CheckpointingMixin:
+    """Checkpointing for :class:`~nbaccel.Accelerator` (see ``docs/checkpointing.md``)."""
+
+    state: AcceleratorState
+    project_configuration: ProjectConfiguration
+    strategy: Strategy
+    scaler: Any
+    step: int
+    _preparer: Preparer
+    _accumulation: AccumulationCounter
+
+    @property
+    def _checkpointing(self) -> _Registry:
+        registry = self.__dict__.get("_checkpoint_registry")
+        if registry is None:
+            registry = self.__dict__["_checkpoint_registry"] = _Registry()
+        return registry
+
+    @property
+    def _custom_objects(self) -> list[Any]:
+        return self._checkpointing.custom
+
+    @property
+    def save_iteration(self) -> int:
+        """The number the next automatically named checkpoint gets."""
+        return self.project_configuration.iteration
+
+    def _writes(self) -> bool:
+        """Whether this process writes the shared files."""
+        if self.project_configuration.save_on_each_node:
+            return self.state.is_local_main_process
+        return self.state.is_main_process
+
+    # -- registration ------------------------------------------------------------------------
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Save and load ``objects`` with the state (each needs state_dict / load_state_dict)."""
+        invalid = [
+            obj
+            for obj in objects
+            if not (callable(getattr(obj, "state_dict", None)))
+            or not callable(getattr(obj, "load_state_dict", None))
+        ]
+        if invalid:
+            listed = "\n".join(f"- {type(obj).__name__}: {obj!r}"[:200] for obj in invalid)
+            raise ValueError(
+                "register_for_checkpointing: every object must have state_dict() and "
+                f"load_state_dict() methods; these do not:\n{listed}"
+            )
+        self._custom_objects.extend(objects)
+
+    def register_save_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
+        """Call ``hook(models, weights, output_dir)`` in ``save_state`` before anything is
+        written; it may change ``weights`` (the state dicts to save) or remove entries."""
+        hooks = self._checkpointing.save_hooks
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = hook
+        return handle
+
+    def register_load_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
+        """Call ``hook(models, input_dir)`` in ``load_state`` before anything is loaded; models
+        it removes from the list are not loaded."""
+        hooks = self._checkpointing.load_hooks
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = hook
+        return handle
+
+    # -- state -------------------------------------------------------------------------------
+    def _checkpoint_root(self) -> Path:
+        project_dir = self.project_configuration.project_dir
+        if project_dir is None:
+            raise ValueError(
+                "automatic_checkpoint_naming=True needs a project directory: pass "
+                "ProjectConfiguration(project_dir=...) or Accelerator(project_dir=...)."
+            )
+        return Path(project_dir).expanduser() / "checkpoints"
+
+    def _save_target(self, output_dir: str | os.PathLike[str] | None) -> Path:
+        config = self.project_configuration
+        if not config.automatic_checkpoint_naming:
+            if output_dir is None:
+                raise ValueError(
+                    "save_state() needs output_dir, or a ProjectConfiguration with "
+                    "automatic_checkpoint_naming=True and a project_dir."
+                )
+            return Path(output_dir).expanduser()
+        target = self._checkpoint_root() / f"checkpoint_{config.iteration}"
+        if target.exists():
+            raise ValueError(
+                f"The checkpoint directory {target} already exists. Call load_state() first "
+                "(it continues the numbering after the newest checkpoint) or set "
+                "project_configuration.iteration to the number to continue with."
+            )
+        return target
+
+    def save_state(
+        self,
+        output_dir: str | os.PathLike[str] | None = None,
+        safe_serialization: bool = True,
+        **save_model_func_kwargs: Any,
+    ) -> str:
+        """Save models, optimizers, schedulers, scaler, data loader positions, RNG states and
+        registered objects; every process must call it. The directory appears complete or not
+        at all. Returns the checkpoint directory."""
+        config = self.project_configuration
+        target = self._save_target(output_dir)
+        token = broadcast_object_list([secrets.token_hex(6)])[0]
+        staging = staging_dir(target, token)
+        publisher = self._writes()
+        if publisher:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            remove_stale_staging(target, keep=staging)
+            staging.mkdir(exist_ok=True)
+        self.wait_for_everyone()
+        staging.mkdir(parents=True, exist_ok=True)  # machines without a shared file system
+        models = list(self._preparer.models)
+        weights = [self.get_state_dict(model) for model in models]
+        for hook in list(self._checkpointing.save_hooks.values()):
+            hook(models, weights, str(staging))
+        objects = self._state_objects(weights=weights)
+        counters = {"step": self.step, "accumulation_step": self._accumulation.step}
+        save_state_files(
+            staging,
+            objects,
+            process_index=self.state.process_index,
+            writer=publisher,
+            safe_serialization=safe_serialization,
+            counters=counters,
+        )
+        self.wait_for_everyone()
+        if publisher:
+            info = {"num_processes": self.state.num_processes, "step": self.step}
+            write_manifest(staging, info)
+            publish(staging, target, token)
+            if config.automatic_checkpoint_naming and config.total_limit is not None:
+                for _, old in checkpoint_dirs(target.parent)[: -config.total_limit]:
+                    remove_stale_staging(old)
+                    _remove_tree(old)
+        self.wait_for_everyone()
+        config.iteration += 1
+        return str(target)
+
+    def _state_objects(self, **kwargs: Any) -> StateObjects:
+        preparer = self._preparer
+        return StateObjects(
+            models=kwargs.pop("models", []),
+            optimizers=list(preparer.optimizers),
+            schedulers=list(preparer.schedulers),
+            dataloaders=list(preparer.dataloaders),
+            custom=list(self._custom_objects),
+            scaler=self.scaler,
+            **kwargs,
+        )
+
+    def _load_source(self, input_dir: str | os.PathLike[str] | None) -> Path:
+        if input_dir is not None:
+            directory = Path(input_dir).expanduser()
+            if not directory.is_dir():
+                raise FileNotFoundError(f"load_state: the checkpoint {directory} does not exist.")
+            return directory
+        if not self.project_configuration.automatic_checkpoint_naming:
+            raise ValueError(
+                "load_state() needs input_dir, or a ProjectConfiguration with "
+                "automatic_checkpoint_naming=True to load the newest checkpoint."
+            )
+        found = checkpoint_dirs(self._checkpoint_root())
+        if not found:
+            raise FileNotFoundError(
+                f"load_state: there is no complete checkpoint in {self._checkpoint_root()}."
+            )
+        return found[-1][1]
+
+    def load_state(
+        self,
+        input_dir: str | os.PathLike[str] | None = None,
+        load_kwargs: dict[str, Any] | None = None,
+        **load_model_func_kwargs: Any,
+    ) -> None:
+        """Load what :meth:`save_state` saved into the prepared objects (the newest automatic
+        checkpoint when ``input_dir`` is None); RNG states and data loader epochs too."""
+        directory = self._load_source(input_dir)
+        models = list(self._preparer.models)
+        for hook in list(self._checkpointing.load_hooks.values()):
+            hook(models, str(directory))
+        objects = self._state_objects(models=[self.strategy.unwrap_model(m) for m in models])
+        counters = load_state_files(
+            directory,
+            objects,
+            process_index=self.state.process_index,
+            num_processes=self.state.num_processes,
+            strict=bool(load_model_func_kwargs.get("strict", True)),
+        )
+        self.step = counters.get("step", self.step)
+        self._accumulation.step = counters.get("accumulation_step", self._accumulation.step)
+        config = self.project_configuration
+        if config.automatic_checkpoint_naming and input_dir is None:
+            config.iteration = int(directory.name.rpartition("_")[2]) + 1
+
+    # -- models and objects ------------------------------------------------------------------
+    def get_state_dict(self, model: nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
+        """The state dict of ``model`` (of the model inside its wrappers when ``unwrap``)."""
+        target = self.strategy.unwrap_model(model) if unwrap else model
+        return target.state_dict()
+
+    def save_model(
+        self,
+        model: nn.Module,
+        save_directory: str | os.PathLike[str],
+        max_shard_size: int | str = "10GB",
+        safe_serialization: bool = True,
+    ) -> None:
+        """Export ``model``'s weights (unwrapped) for ``load_checkpoint_in_model`` and the Hugging
+        Face ecosystem: safetensors shards plus an index, or ``pytorch_model.bin``. Every
+        process calls it; only the main process writes."""
+        state_dict = self.get_state_dict(model)
+        if self._writes():
+            save_model_files(state_dict, Path(save_directory), max_shard_size, safe_serialization)
+
+    def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
+        """``torch.save`` (or safetensors) once per machine, in place of ``torch.save``."""
+        if not self.state.is_local_main_process:
+            return
+        if isinstance(f, (str, os.PathLike)):
+            if safe_serialization:
+                save_tensors(obj, Path(f))
+            else:
+                save_object(obj, Path(f))
+        elif safe_serialization:
+            tensors, _ = dedupe_shared(obj)
+            f.write(safetensors_bytes(tensors, metadata={"format": "pt"}))
+        else:
+            torch.save(obj, f)
+
+    def wait_for_everyone(self) -> None:
+        """Block until every process gets here."""
+        self.state.wait_for_everyone()
+
+
+def _remove_tree(path: Path) -> None:
+    """Delete an old checkpoint: renamed aside first, so it never looks half there."""
+    hidden = path.parent / f".{path.name}.old-{secrets.token_hex(6)}"
+    os.rename(path, hidden)
+    shutil.rmtree(hidden, ignore_errors=True)

@@ -1,0 +1,201 @@
+"""The files of a training-state checkpoint: writing them into a directory and loading them.
+
+Layout (Accelerate's names): ``model.safetensors`` (or ``pytorch_model.bin``), ``model_1...``;
+``optimizer.bin``; ``scheduler.bin``; ``dl_state_dict.bin``; ``scaler.pt``;
+``custom_checkpoint_{i}.pkl``; one ``random_states_{rank}.pkl`` per process; and
+``checkpoint.json``. Every ``.bin``/``.pt``/``.pkl`` file is a ``torch.save`` file holding only
+tensors and plain values, read with ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .files import load_object, load_tensors_into, save_object, save_tensors
+from .layout import model_file, numbered, read_manifest, verify_manifest
+from .rng import capture_rng, restore_rng
+
+__all__ = ["StateObjects", "load_state_files", "save_state_files", "state_file_names"]
+
+
+@dataclasses.dataclass
+class StateObjects:
+    """What a checkpoint holds, in order (``weights`` on save, ``models`` on load)."""
+
+    models: list[nn.Module]
+    optimizers: list[Any]
+    schedulers: list[Any]
+    dataloaders: list[Any]
+    custom: list[Any]
+    scaler: Any = None
+    weights: list[dict[str, torch.Tensor]] = dataclasses.field(default_factory=list)
+
+
+def _names(kind: str, count: int) -> list[str]:
+    if kind == "custom_checkpoint":  # Accelerate numbers every registered object
+        return [f"custom_checkpoint_{i}.pkl" for i in range(count)]
+    return [numbered(kind, i, "bin") for i in range(count)]
+
+
+def state_file_names(objects: StateObjects, safe_serialization: bool) -> list[str]:
+    """The files the writing process puts in a checkpoint for ``objects``."""
+    names = [model_file(i, safe_serialization) for i in range(len(objects.weights))]
+    names += _names("optimizer", len(objects.optimizers))
+    names += _names("scheduler", len(objects.schedulers))
+    names += _names("dl_state_dict", len(objects.dataloaders))
+    names += _names("custom_checkpoint", len(objects.custom))
+    if objects.scaler is not None:
+        names.append("scaler.pt")
+    return names
+
+
+def _save_weights(directory: Path, objects: StateObjects, safe_serialization: bool) -> None:
+    for i, weights in enumerate(objects.weights):
+        path = directory / model_file(i, safe_serialization)
+        if safe_serialization:
+            save_tensors(weights, path)
+        else:
+            save_object(weights, path)
+
+
+def save_state_files(
+    directory: Path,
+    objects: StateObjects,
+    *,
+    process_index: int,
+    writer: bool,
+    safe_serialization: bool,
+    counters: dict[str, int],
+) -> None:
+    """Write this process's part of a checkpoint into ``directory``.
+
+    The writing process (``writer``) saves the shared state: weights, optimizers,
+    schedulers, loader positions, scaler and registered objects. Every process saves its own
+    random number generator states and ``counters`` (``random_states_{rank}.pkl``).
+    """
+    if writer:
+        # the weights are written from a second thread (plain file writes release the GIL)
+        # while torch.save writes the optimizers: the two files fill the page cache together
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            weights_written = pool.submit(_save_weights, directory, objects, safe_serialization)
+            groups = (
+                ("optimizer", objects.optimizers),
+                ("scheduler", objects.schedulers),
+                ("dl_state_dict", objects.dataloaders),
+                ("custom_checkpoint", objects.custom),
+            )
+            for kind, items in groups:
+                for name, item in zip(_names(kind, len(items)), items, strict=True):
+                    save_object(item.state_dict(), directory / name)
+            if objects.scaler is not None:
+                save_object(objects.scaler.state_dict(), directory / "scaler.pt")
+            weights_written.result()
+    save_object(
+        {"rng": capture_rng(), **counters}, directory / f"random_states_{process_index}.pkl"
+    )
+
+
+class _Checked:
+    """Paths of a checkpoint's files, each checked against the manifest when it is read."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.manifest = read_manifest(directory)
+
+    def __call__(self, name: str) -> Path:
+        if self.manifest is not None:
+            verify_manifest(self.directory, self.manifest, [name])
+        return self.directory / name
+
+
+def _load_model(model: nn.Module, files: _Checked, index: int, strict: bool) -> None:
+    path = files(model_file(index, True))
+    expected = model.state_dict()
+    if not path.exists() and (files.directory / model_file(index, False)).exists():
+        path = files(model_file(index, False))
+        done: set[str] = set()
+        weights = load_object(path)
+    else:  # read straight into the parameters' memory
+        done, weights = load_tensors_into(path, expected)
+    try:
+        result = model.load_state_dict(weights, strict=False)
+        missing = sorted(set(result.missing_keys) - done)
+        if strict and (missing or result.unexpected_keys):
+            raise RuntimeError(
+                f"missing keys {missing[:10]}, unexpected keys {result.unexpected_keys[:10]}"
+            )
+    except RuntimeError as error:
+        raise RuntimeError(
+            f"The weights in {path} do not fit model {index} ({type(model).__name__}): {error}"
+        ) from error
+
+
+def _load_loader(loader: Any, state: dict[str, int]) -> None:
+    """Restore epoch and seed; the position too when the loader is stateful."""
+    if getattr(loader, "use_stateful_dataloader", False):
+        loader.load_state_dict(state)
+    else:  # the documented recipe skips the batches already done with skip_first_batches
+        loader.load_state_dict({**state, "batches_yielded": 0})
+
+
+def _check_custom_count(directory: Path, count: int) -> None:
+    found = sorted(p.name for p in directory.glob("custom_checkpoint_*.pkl"))
+    if len(found) != count:
+        raise RuntimeError(
+            f"The checkpoint {directory} holds {len(found)} registered object(s) ({found}), but "
+            f"{count} are registered with register_for_checkpointing now. Register the same "
+            "objects, in the same order, as when the checkpoint was saved."
+        )
+
+
+def load_state_files(
+    directory: Path,
+    objects: StateObjects,
+    *,
+    process_index: int,
+    num_processes: int,
+    strict: bool = True,
+) -> dict[str, int]:
+    """Load a checkpoint written by :func:`save_state_files` into ``objects``.
+
+    Returns:
+        The counters this process saved (``step``, ...), or {} when the checkpoint was saved
+        by fewer processes and holds no random states for this one.
+    """
+    if not directory.is_dir():
+        raise FileNotFoundError(f"The checkpoint directory {directory} does not exist.")
+    files = _Checked(directory)
+    _check_custom_count(directory, len(objects.custom))
+    for i, model in enumerate(objects.models):
+        _load_model(model, files, i, strict)
+    for name, optimizer in zip(
+        _names("optimizer", len(objects.optimizers)), objects.optimizers, strict=True
+    ):
+        optimizer.load_state_dict(load_object(files(name)))
+    for name, scheduler in zip(
+        _names("scheduler", len(objects.schedulers)), objects.schedulers, strict=True
+    ):
+        scheduler.load_state_dict(load_object(files(name)))
+    for name, loader in zip(
+        _names("dl_state_dict", len(objects.dataloaders)), objects.dataloaders, strict=True
+    ):
+        _load_loader(loader, load_object(files(name)))
+    for name, obj in zip(
+        _names("custom_checkpoint", len(objects.custom)), objects.custom, strict=True
+    ):
+        obj.load_state_dict(load_object(files(name)))
+    if objects.scaler is not None:
+        objects.scaler.load_state_dict(load_object(files("scaler.pt")))
+    rng_name = f"random_states_{process_index}.pkl"
+    saved_processes = (files.manifest or {}).get("num_processes", num_processes)
+    if not (directory / rng_name).exists() and process_index >= saved_processes:
+        return {}  # saved by fewer processes: this one keeps its own generators
+    states = load_object(files(rng_name))
+    restore_rng(states.pop("rng"))
+    return {k: int(v) for k, v in states.items()}

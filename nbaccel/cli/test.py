@@ -1,0 +1,51 @@
+"""``nbaccel test``: launch the shipped sanity script the configured way and report pass/fail.
+
+Set ``NBACCEL_TEST_FAIL_RANK=N`` to make rank N fail on purpose (to see the failure path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..config import ConfigError, config_in_force, resolve_launch
+from ..testing import sanity
+from .launch import execute
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register the subcommand."""
+    parser = subparsers.add_parser(
+        "test",
+        help="check the configured launch with a short sanity run",
+        description=__doc__,
+    )
+    parser.add_argument(
+        "--config_file", default=None, help="config file (default: the one in force)"
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Launch the sanity script; print a summary; 0 on success, 1 on failure."""
+    try:
+        loaded = config_in_force(args.config_file, report=None)
+        resolved = resolve_launch({}, loaded)
+    except ConfigError as exc:
+        print(f"nbaccel test: {exc}", file=sys.stderr)
+        return 1
+    where = str(resolved.path) if resolved.path else "no config file (defaults)"
+    print(f"nbaccel test: running the sanity script with {where}", flush=True)
+    code = execute(resolved, [str(Path(sanity.__file__))])
+    summary = (
+        f"{resolved.world_size} process(es) on {resolved.config.num_machines} machine(s), "
+        f"{resolved.config.distributed_type}, mixed_precision={resolved.config.mixed_precision}"
+    )
+    if code == 0:
+        print(f"nbaccel test: PASSED ({summary})", flush=True)
+        return 0
+    print(f"nbaccel test: FAILED (exit code {code}; {summary}); see the output above", flush=True)
+    return 1

@@ -1,0 +1,44 @@
+"""The config file (YAML): schema, reading and writing, and the one precedence rule.
+
+Explicit argument > config file > default, for ``nbaccel launch``, ``notebook_launcher``
+and ``Accelerator()`` alike. See ``docs/cli.md`` for every key.
+"""
+
+from .files import (
+    ConfigKeysIgnoredWarning,
+    LoadedConfig,
+    basic_config,
+    config_in_force,
+    config_location,
+    load_config_file,
+    save_config_file,
+    write_basic_config,
+    write_location,
+)
+from .fsdp import FsdpConfig, convert_to_fsdp2
+from .resolve import ResolvedLaunch, configured_precision, launcher_defaults, resolve_launch
+from .schema import ConfigFile, field_help, parse_mapping
+from .values import ConfigError, ValueProblem
+
+__all__ = [
+    "ConfigError",
+    "ConfigFile",
+    "ConfigKeysIgnoredWarning",
+    "FsdpConfig",
+    "LoadedConfig",
+    "ResolvedLaunch",
+    "ValueProblem",
+    "basic_config",
+    "config_in_force",
+    "config_location",
+    "configured_precision",
+    "convert_to_fsdp2",
+    "field_help",
+    "launcher_defaults",
+    "load_config_file",
+    "parse_mapping",
+    "resolve_launch",
+    "save_config_file",
+    "write_basic_config",
+    "write_location",
+]

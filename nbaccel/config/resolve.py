@@ -1,0 +1,168 @@
+"""One precedence everywhere: explicit argument > config file > default.
+
+:func:`resolve_launch` gives ``nbaccel launch`` its settings; :func:`launcher_defaults` fills
+the ``None`` arguments of ``notebook_launcher``; :func:`configured_precision` is what
+``Accelerator()`` falls back on after the launcher's choice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..environment import cuda_device_count
+from .files import LoadedConfig, config_in_force
+from .fsdp import FsdpConfig
+from .schema import ConfigFile
+from .values import ConfigError, ValueProblem
+
+__all__ = [
+    "ResolvedLaunch",
+    "configured_precision",
+    "launcher_defaults",
+    "resolve_launch",
+]
+
+ARGUMENT, FILE, DEFAULT, DERIVED = "argument", "config file", "default", "derived"
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedLaunch:
+    """What ``nbaccel launch`` runs with.
+
+    Attributes:
+        config: every setting, in the file's form (``num_processes`` is the total); this is
+            the file the launched processes read.
+        processes_per_machine: processes this launcher starts.
+        max_restarts: restarts of the group after a failure.
+        monitor_interval: seconds between the agent's checks on its processes.
+        sources: for each setting, ``argument``, ``config file``, ``default`` or ``derived``.
+        path: the config file that was read, if any.
+    """
+
+    config: ConfigFile
+    processes_per_machine: int
+    max_restarts: int = 0
+    monitor_interval: float = 0.1
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    path: Path | None = None
+
+    @property
+    def world_size(self) -> int:
+        """Processes over all machines."""
+        return self.processes_per_machine * self.config.num_machines
+
+    @property
+    def cpu(self) -> bool:
+        """True when the processes run on the CPU."""
+        return self.config.use_cpu or self.config.distributed_type == "MULTI_CPU"
+
+
+def _pick(name: str, explicit: Mapping[str, Any], loaded: LoadedConfig | None) -> tuple[Any, str]:
+    if explicit.get(name) is not None:
+        return explicit[name], ARGUMENT
+    if loaded is not None and name in loaded.keys:
+        return getattr(loaded.config, name), FILE
+    return getattr(ConfigFile(), name), DEFAULT
+
+
+def resolve_launch(explicit: Mapping[str, Any], loaded: LoadedConfig | None) -> ResolvedLaunch:
+    """Resolve the launcher's settings (explicit values are not None).
+
+    ``explicit`` uses the file's key names, except that ``num_processes`` is per machine (the
+    launcher's meaning) and ``fsdp_*`` keys are merged into the file's ``fsdp_config``;
+    ``max_restarts`` and ``monitor_interval`` are launcher-only.
+
+    Raises:
+        ConfigError: naming the setting whose value is wrong.
+    """
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    skip = {"num_processes", "fsdp_config", "distributed_type"}
+    for field in dataclasses.fields(ConfigFile):
+        if field.name not in skip:
+            values[field.name], sources[field.name] = _pick(field.name, explicit, loaded)
+    gpus = cuda_device_count()
+    cpu = bool(values["use_cpu"]) or gpus == 0
+    per = explicit.get("num_processes")
+    sources["num_processes"] = ARGUMENT
+    if per is None and loaded is not None and loaded.config.num_processes is not None:
+        per, sources["num_processes"] = loaded.config.processes_per_machine, FILE
+    if per is None:
+        per, sources["num_processes"] = (1 if cpu else gpus), DEFAULT
+    fsdp = dict(loaded.config.fsdp_config.values) if loaded is not None else {}
+    fsdp.update({k: v for k, v in explicit.items() if k.startswith("fsdp_") and v is not None})
+    sources["fsdp_config"] = ARGUMENT if any(k.startswith("fsdp_") for k in explicit) else FILE
+    try:
+        values["fsdp_config"] = FsdpConfig(fsdp)
+        machines = ConfigFile(num_machines=values["num_machines"]).num_machines
+        values["num_processes"] = int(per) * machines
+        kind, sources["distributed_type"] = _pick("distributed_type", explicit, loaded)
+        config = ConfigFile(**values, distributed_type=kind)
+    except ValueProblem as problem:
+        raise problem.error("launch settings (command line and config file)") from None
+    if config.distributed_type not in ("FSDP", "XLA"):
+        world = config.num_processes or 1
+        derived = "NO" if world == 1 else ("MULTI_CPU" if cpu else "MULTI_GPU")
+        if derived != config.distributed_type:
+            config, sources["distributed_type"] = config.replace(distributed_type=derived), DERIVED
+    _check_machines(config, per, cpu, gpus)
+    return ResolvedLaunch(
+        config=config,
+        processes_per_machine=int(per),
+        max_restarts=int(explicit.get("max_restarts") or 0),
+        monitor_interval=float(explicit.get("monitor_interval") or 0.1),
+        sources=sources,
+        path=loaded.path if loaded is not None else None,
+    )
+
+
+def _check_machines(config: ConfigFile, per: int, cpu: bool, gpus: int) -> None:
+    if config.num_machines > 1 and (config.main_process_ip is None or not config.main_process_port):
+        raise ConfigError(
+            f"num_machines={config.num_machines}: every machine must know where machine 0 is; "
+            "pass --main_process_ip and --main_process_port (or set main_process_ip and "
+            "main_process_port in the config file)."
+        )
+    if not cpu and per > gpus:
+        raise ConfigError(
+            f"num_processes={per} per machine but this machine has {gpus} GPU(s); use at most "
+            f"{gpus}, or --cpu to run the processes on the CPU."
+        )
+
+
+def launcher_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``notebook_launcher``'s arguments with each ``None`` taken from the config in force.
+
+    ``num_processes`` becomes the file's processes per machine; ``use_port`` and
+    ``master_addr`` come from ``main_process_port`` / ``main_process_ip`` (a port from the
+    file is used as if it had been passed); ``cpu`` and ``debug`` from ``use_cpu`` / ``debug``.
+    With no config file the arguments come back unchanged.
+    """
+    loaded = config_in_force()
+    out = dict(kwargs)
+    if loaded is None:
+        return out
+    cfg = loaded.config
+    fill = {
+        "num_processes": cfg.processes_per_machine,
+        "mixed_precision": cfg.mixed_precision if "mixed_precision" in loaded.keys else None,
+        "use_port": cfg.main_process_port,
+        "master_addr": cfg.main_process_ip,
+        "cpu": True if cfg.use_cpu else None,
+        "debug": True if cfg.debug else None,
+    }
+    for key, value in fill.items():
+        if out.get(key) is None and value is not None:
+            out[key] = value
+    return out
+
+
+def configured_precision() -> str | None:
+    """The config file's ``mixed_precision`` when a file in force sets it, else None."""
+    loaded = config_in_force()
+    if loaded is None or "mixed_precision" not in loaded.keys:
+        return None
+    return loaded.config.mixed_precision

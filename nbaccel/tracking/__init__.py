@@ -1,0 +1,43 @@
+"""Experiment tracking: trackers behind ``Accelerator(log_with=...)`` and a progress bar."""
+
+from .base import GeneralTracker, on_main_process
+from .comet import CometMLTracker
+from .jsonl import JSONLTracker
+from .mixin import TrackingMixin
+from .mlflow import MLflowTracker
+from .progress import progress
+from .registry import (
+    LOGGER_TYPE_TO_CLASS,
+    available_trackers,
+    is_comet_ml_available,
+    is_mlflow_available,
+    is_tensorboard_available,
+    is_tracker_available,
+    is_wandb_available,
+    resolve_log_with,
+)
+from .tensorboard import TensorBoardTracker
+from .wandb import WandBTracker
+
+filter_trackers = resolve_log_with
+
+__all__ = [
+    "LOGGER_TYPE_TO_CLASS",
+    "CometMLTracker",
+    "GeneralTracker",
+    "JSONLTracker",
+    "MLflowTracker",
+    "TensorBoardTracker",
+    "TrackingMixin",
+    "WandBTracker",
+    "available_trackers",
+    "filter_trackers",
+    "is_comet_ml_available",
+    "is_mlflow_available",
+    "is_tensorboard_available",
+    "is_tracker_available",
+    "is_wandb_available",
+    "on_main_process",
+    "progress",
+    "resolve_log_with",
+]

@@ -1,0 +1,122 @@
+"""TensorBoard tracker: real event files through ``torch.utils.tensorboard`` (or tensorboardX)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .base import GeneralTracker, on_main_process, scalar_value
+
+__all__ = ["TensorBoardTracker"]
+
+
+def _summary_writer() -> Any:
+    if importlib.util.find_spec("tensorboard") is not None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        return SummaryWriter
+    import tensorboardX
+
+    return tensorboardX.SummaryWriter
+
+
+def _hparam(value: Any) -> Any:
+    number = scalar_value(value)
+    if number is not None:
+        return number
+    return value if isinstance(value, str) else str(value)
+
+
+def _numbers(key: str, group: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for name, value in group.items():
+        number = scalar_value(value)
+        if number is None:
+            raise TypeError(
+                f"TensorBoardTracker: {key!r}[{name!r}] is a {type(value).__name__}; "
+                "a dict logged to TensorBoard must hold numbers."
+            )
+        out[str(name)] = float(number)
+    return out
+
+
+class TensorBoardTracker(GeneralTracker):
+    """Writes TensorBoard event files to ``{logging_dir}/{run_name}``.
+
+    Numbers become scalars, strings text, dicts ``add_scalars`` groups; the configuration
+    becomes hyperparameters (HParams tab, same run) and ``hparams.yml``.
+
+    Args:
+        run_name: the project name given to ``init_trackers``.
+        logging_dir: the Accelerator's ``logging_dir``.
+        **kwargs: passed to ``SummaryWriter``.
+    """
+
+    name = "tensorboard"
+    requires_logging_directory = True
+    main_process_only = True
+
+    def __init__(self, run_name: str, logging_dir: str | os.PathLike[str], **kwargs: Any) -> None:
+        super().__init__()
+        self.run_name = run_name
+        self.logging_dir = Path(logging_dir) / run_name
+        self.writer_kwargs = kwargs
+        self.writer: Any = None
+
+    @property
+    def tracker(self) -> Any:
+        """The ``SummaryWriter``."""
+        return self.writer
+
+    @on_main_process
+    def start(self) -> None:
+        """Open the ``SummaryWriter``."""
+        self.writer = _summary_writer()(str(self.logging_dir), **self.writer_kwargs)
+
+    @on_main_process
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        """Record ``values`` as hyperparameters in this run and in ``hparams.yml``."""
+        if self.writer is None:
+            self.start()
+        clean = {str(k): _hparam(v) for k, v in values.items()}
+        try:
+            from torch.utils.tensorboard.summary import hparams
+
+            for summary in hparams(clean, {}):
+                self.writer.file_writer.add_summary(summary)
+        except ImportError:  # tensorboardX: its own add_hparams
+            self.writer.add_hparams(clean, metric_dict={}, name=".")
+        self.writer.flush()
+        self.logging_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.logging_dir / "hparams.yml", "w", encoding="utf-8") as handle:
+            yaml.safe_dump(clean, handle)
+
+    @on_main_process
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Write ``values`` at ``step``; ``kwargs`` go to the ``add_*`` calls."""
+        if self.writer is None:
+            self.start()
+        for key, value in values.items():
+            number = scalar_value(value)
+            if number is not None:
+                self.writer.add_scalar(key, number, global_step=step, **kwargs)
+            elif isinstance(value, str):
+                self.writer.add_text(key, value, global_step=step, **kwargs)
+            elif isinstance(value, dict):
+                self.writer.add_scalars(key, _numbers(key, value), global_step=step, **kwargs)
+            else:
+                raise TypeError(
+                    f"TensorBoardTracker cannot log {key!r} of type {type(value).__name__}; "
+                    "log numbers, strings or dicts of numbers."
+                )
+        self.writer.flush()
+
+    @on_main_process
+    def finish(self) -> None:
+        """Flush and close the writer."""
+        if self.writer is not None:
+            self.writer.close()

@@ -1,0 +1,83 @@
+"""Running the ``nbaccel`` command in a child process with a private HOME."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+TIMEOUT_S = 120
+_LAUNCH = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK"}
+_LAUNCH |= {"ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PJRT_DEVICE"}
+_LAUNCH |= {"TPU_NAME", "COLAB_TPU_ADDR", "TPU_ACCELERATOR_TYPE"}
+_CACHES = {"HF_HOME", "XDG_CACHE_HOME"}
+
+
+def cli_environ(home: Path, **extra: str) -> dict[str, str]:
+    """A child environment with HOME in ``home`` and no config file from the real machine."""
+    prefixes = ("NBACCEL_", "ACCELERATE_", "TORCHELASTIC_", "OMPI_", "PMI_", "MPI_")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(prefixes) and k not in _LAUNCH and k not in _CACHES
+    }
+    env.update(HOME=str(home), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.update(extra)
+    return env
+
+
+def nbaccel(
+    *args: str, home: Path, cwd: Path | None = None, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    """``python -m nbaccel ARGS`` (the console script's code) and its captured output."""
+    return subprocess.run(
+        [sys.executable, "-m", "nbaccel", *args],
+        cwd=cwd or home,
+        env=cli_environ(home, **extra),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def detail(done: subprocess.CompletedProcess[str]) -> str:
+    """Exit code and output, for assertion messages."""
+    return f"exit {done.returncode}\nstdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-4000:]}"
+
+
+# The example of the Transformers FSDP guide, verbatim.
+GUIDE_YAML = textwrap.dedent(
+    """\
+    compute_environment: LOCAL_MACHINE
+    debug: false
+    distributed_type: FSDP
+    downcast_bf16: "no"
+    fsdp_config:
+      fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+      fsdp_backward_prefetch_policy: BACKWARD_PRE
+      fsdp_cpu_ram_efficient_loading: true
+      fsdp_forward_prefetch: false
+      fsdp_offload_params: true
+      fsdp_sharding_strategy: 1
+      fsdp_state_dict_type: SHARDED_STATE_DICT
+      fsdp_sync_module_states: true
+      fsdp_transformer_layer_cls_to_wrap: BertLayer
+      fsdp_use_orig_params: true
+    machine_rank: 0
+    main_training_function: main
+    mixed_precision: bf16
+    num_machines: 1
+    num_processes: 2
+    rdzv_backend: static
+    same_network: true
+    tpu_env: []
+    tpu_use_cluster: false
+    tpu_use_sudo: false
+    use_cpu: false
+    """
+)
