@@ -15,6 +15,7 @@ from torch import nn
 from . import ops
 from .accumulation import AccumulationCounter
 from .checkpoint import CheckpointingMixin
+from .config.resolve import configured_dynamo_plugin
 from .data import DataLoaderConfiguration, skip_first_batches
 from .enums import DynamoBackend, RNGType
 from .kwargs_handlers import (
@@ -144,6 +145,8 @@ class Accelerator(CheckpointingMixin, TrackingMixin):
         )
         if dynamo_backend is not None and dynamo_plugin is None:
             dynamo_plugin = TorchDynamoPlugin(backend=dynamo_backend)
+        elif dynamo_plugin is None:
+            dynamo_plugin = configured_dynamo_plugin()  # the config file's dynamo_config
         pg = handlers.get(InitProcessGroupKwargs)
         fresh = STATE.accelerator is None
         try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..environment import cuda_device_count
+from ..plugins import TorchDynamoPlugin
 from .files import LoadedConfig, config_in_force
 from .fsdp import FsdpConfig
 from .schema import ConfigFile
@@ -166,3 +167,20 @@ def configured_precision() -> str | None:
     if loaded is None or "mixed_precision" not in loaded.keys:
         return None
     return loaded.config.mixed_precision
+
+
+def configured_dynamo_plugin() -> TorchDynamoPlugin | None:
+    """A ``TorchDynamoPlugin`` from the file's ``dynamo_config`` when it names a backend."""
+    loaded = config_in_force()
+    if loaded is None:
+        return None
+    dynamo = loaded.config.dynamo_config
+    backend = dynamo.get("dynamo_backend")
+    if backend is None or str(backend).upper() == "NO":
+        return None
+    return TorchDynamoPlugin(
+        backend=backend,
+        mode=dynamo.get("dynamo_mode", "default"),
+        fullgraph=bool(dynamo.get("dynamo_use_fullgraph", False)),
+        dynamic=dynamo.get("dynamo_use_dynamic"),
+    )

@@ -283,8 +283,4 @@ def parse_mapping(data: Any) -> tuple[ConfigFile, list[str]]:
                 key=key,
                 known=(*known, *IGNORED_KEYS),
             )
-    config = ConfigFile(**kwargs)
-    backend = config.dynamo_config.get("dynamo_backend", "NO")
-    if backend != "NO":
-        ignored.append("dynamo_config")
-    return config, ignored
+    return ConfigFile(**kwargs), ignored

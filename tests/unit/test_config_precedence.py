@@ -102,3 +102,20 @@ def test_accelerator_precision_argument_then_launcher_then_file(
     reset_state()
     monkeypatch.setenv("NBACCEL_MIXED_PRECISION", "fp16")  # the launcher's choice
     assert Accelerator(cpu=True).mixed_precision == "fp16"
+
+
+def test_accelerator_compiles_with_the_files_dynamo_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch import nn
+
+    from nbaccel.testing import reset_state
+
+    _use(tmp_path, monkeypatch, "dynamo_config:\n  dynamo_backend: EAGER\n  dynamo_mode: default\n")
+    accelerator = Accelerator(cpu=True)
+    assert str(accelerator.state.dynamo_plugin.backend) == "EAGER"
+    model = accelerator.prepare(nn.Linear(2, 2))
+    assert hasattr(model, "_orig_mod")  # compiled by torch.compile
+    reset_state()
+    explicit = Accelerator(cpu=True, dynamo_backend="no")  # the argument wins over the file
+    assert not hasattr(explicit.prepare(nn.Linear(2, 2)), "_orig_mod")
