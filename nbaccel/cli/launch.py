@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
 import logging
 import os
 import runpy
@@ -21,7 +20,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -33,7 +31,8 @@ from ..config import (
     resolve_launch,
     save_config_file,
 )
-from ..environment import user_thread_count
+from ..environment import gloo_socket_interface, user_thread_count
+from ..launch.variables import temporary_environment
 from .config import add_field_flags, field_values
 
 __all__ = ["add_launch_options", "add_parser", "execute", "run", "run_entry", "script_command"]
@@ -157,21 +156,6 @@ def run_entry(argv: list[str]) -> int:
 # -- execution -------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _environment(changes: Mapping[str, str]) -> Iterator[None]:
-    """Set variables for the launched processes (this process is the launcher), then restore."""
-    saved = {k: os.environ.get(k) for k in changes}
-    os.environ.update(changes)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def _child_environment(resolved: ResolvedLaunch, config_path: Path) -> dict[str, str]:
     cfg = resolved.config
     env = {"NBACCEL_CONFIG_FILE": str(config_path)}
@@ -188,7 +172,7 @@ def _child_environment(resolved: ResolvedLaunch, config_path: Path) -> dict[str,
             max(1, (os.cpu_count() or 1) // resolved.processes_per_machine)
         )
     if cfg.num_machines == 1 and cfg.main_process_ip is None and resolved.cpu:
-        env.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
+        env["GLOO_SOCKET_IFNAME"] = gloo_socket_interface() or "lo"
     return env
 
 
@@ -210,7 +194,7 @@ def execute(resolved: ResolvedLaunch, command: list[str]) -> int:
             print(f"  {key} = {getattr(resolved.config, key)!r}  ({source})", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="nbaccel-launch-") as tmp:
         config_path = save_config_file(resolved.config, Path(tmp) / "resolved_config.yaml")
-        with _environment(_child_environment(resolved, config_path)):
+        with temporary_environment(_child_environment(resolved, config_path)):
             if resolved.world_size == 1 and resolved.max_restarts == 0:
                 return _run_one(command)
             return _run_elastic(resolved, command, Path(tmp))

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch.distributed as dist
@@ -16,6 +14,7 @@ from .config import LaunchConfig
 from .errors import WorkerError
 from .events import RankStateEvent, emit
 from .guard import check_fork_safe, cuda_initialized, install_cuda_init_tracer
+from .variables import temporary_environment
 
 __all__ = ["debug_launcher", "notebook_launcher"]
 
@@ -170,21 +169,6 @@ def _start_method(config: LaunchConfig) -> str:
     return "spawn"
 
 
-@contextlib.contextmanager
-def _launch_variables_here(config: LaunchConfig, attempt: int) -> Iterator[None]:
-    """For one process run in the kernel: expose the launcher's choices, then restore."""
-    saved = dict(os.environ)
-    os.environ["NBACCEL_MIXED_PRECISION"] = config.mixed_precision
-    os.environ["NBACCEL_USE_CPU"] = "1" if config.cpu else "0"
-    os.environ["NBACCEL_RESTART_COUNT"] = str(attempt)
-    try:
-        yield
-    finally:
-        STATE.event_sink = None
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 def _run_here(
     function: Callable[..., Any],
     args: tuple[Any, ...],
@@ -194,7 +178,12 @@ def _run_here(
     on_event: Callable[[Any], None] | None,
 ) -> Any:
     """One process: run in the kernel itself, with the same variables and events as workers."""
-    with _launch_variables_here(config, attempt):
+    changes = {
+        "NBACCEL_MIXED_PRECISION": config.mixed_precision,
+        "NBACCEL_USE_CPU": "1" if config.cpu else "0",
+        "NBACCEL_RESTART_COUNT": str(attempt),
+    }
+    with temporary_environment(changes):
         STATE.event_sink, STATE.worker_rank = on_event, 0
         emit(RankStateEvent(rank=0, state="running", restart_count=attempt))
         try:
@@ -204,6 +193,7 @@ def _run_here(
             raise
         finally:
             reset_registry()  # the next launch in this kernel starts afresh
+            STATE.event_sink = None
         emit(RankStateEvent(rank=0, state="returned", restart_count=attempt))
         STATE.event_sink = None
         return result

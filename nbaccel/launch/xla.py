@@ -7,12 +7,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
-import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -20,6 +18,7 @@ import cloudpickle
 from ..state.registry import reset_registry
 from .config import LaunchConfig
 from .errors import RankFate, build_error, capture_exception, root_cause
+from .variables import temporary_environment
 
 __all__ = ["launch_xla"]
 
@@ -44,22 +43,6 @@ class _XlaEntry:
         except BaseException as exc:
             self.queue.put((index, "error", capture_exception(exc, time.time())))
             raise
-
-
-@contextlib.contextmanager
-def _launcher_variables(config: LaunchConfig) -> Iterator[None]:
-    """Expose the launcher's choices to the forked TPU processes, then restore."""
-    saved = dict(os.environ)
-    os.environ["NBACCEL_MIXED_PRECISION"] = config.mixed_precision
-    if config.mixed_precision == "bf16":
-        os.environ.setdefault("XLA_USE_BF16", "1")
-    if config.debug:
-        os.environ["NBACCEL_DEBUG_MODE"] = "1"
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def launch_xla(
@@ -88,7 +71,7 @@ def launch_xla(
     print(f"Launching on TPU ({'1 core' if nprocs == 1 else 'every core of this host'}).")
     failure: BaseException | None = None
     try:
-        with _launcher_variables(config):
+        with temporary_environment(_xla_variables(config)):
             xmp.spawn(
                 _XlaEntry(function, args, kwargs, queue),
                 args=(),
@@ -102,6 +85,16 @@ def launch_xla(
         reader.join()
         queue.close()
     return _collect(messages, failure)
+
+
+def _xla_variables(config: LaunchConfig) -> dict[str, str | None]:
+    """The launcher's choices for the forked TPU processes."""
+    changes: dict[str, str | None] = {"NBACCEL_MIXED_PRECISION": config.mixed_precision}
+    if config.mixed_precision == "bf16":
+        changes["XLA_USE_BF16"] = "1"
+    if config.debug:
+        changes["NBACCEL_DEBUG_MODE"] = "1"
+    return changes
 
 
 def _collect(messages: list[tuple[int, str, Any]], failure: BaseException | None) -> list[Any]:

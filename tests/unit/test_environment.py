@@ -16,6 +16,7 @@ from nbaccel.environment import (
     LaunchEnvironment,
     choose_device,
     debug_mode_requested,
+    devices,
     in_colab,
     in_kaggle,
     in_notebook,
@@ -465,4 +466,4 @@ def test_cuda_device_count_is_zero_on_cpu_build() -> None:
 )
 def test_cuda_visible_devices_filter(visible: str | None, count: int, expected: int) -> None:
     env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
-    assert environment._visible_filter(count, env) == expected
+    assert devices._visible_filter(count, env) == expected

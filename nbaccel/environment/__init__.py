@@ -1,0 +1,66 @@
+"""The only place that reads launch environment variables and detects the platform.
+
+Everything nbaccel knows about how the current process was started (by ``torchrun``,
+``torch.distributed.launch --use-env``, ``mpirun``, nbaccel's own launchers, or not at all)
+comes from :func:`read_launch_environment`. Choosing the device and the process-group backend
+happens in :func:`choose_device`, which never initialises CUDA: devices are counted through
+NVML or the driver's device files, never through the CUDA runtime.
+
+Launchers write the variables through :func:`launch_variables`, so the names live here only.
+"""
+
+from __future__ import annotations
+
+from .detect import (
+    in_colab,
+    in_kaggle,
+    in_notebook,
+    tpu_requested,
+    xla_available,
+    xla_topology,
+)
+from .devices import (
+    DeviceChoice,
+    choose_device,
+    cuda_device_count,
+    hardware_description,
+)
+from .launch import (
+    LaunchEnvironment,
+    debug_mode_requested,
+    launch_variables,
+    log_level_requested,
+    read_launch_environment,
+    user_thread_count,
+)
+from .settings import (
+    accelerate_config_candidates,
+    config_file_override,
+    gloo_socket_interface,
+    nbaccel_default_config_path,
+    sanity_fail_rank,
+)
+
+__all__ = [
+    "DeviceChoice",
+    "LaunchEnvironment",
+    "accelerate_config_candidates",
+    "choose_device",
+    "config_file_override",
+    "cuda_device_count",
+    "debug_mode_requested",
+    "gloo_socket_interface",
+    "hardware_description",
+    "in_colab",
+    "in_kaggle",
+    "in_notebook",
+    "launch_variables",
+    "log_level_requested",
+    "nbaccel_default_config_path",
+    "read_launch_environment",
+    "sanity_fail_rank",
+    "tpu_requested",
+    "user_thread_count",
+    "xla_available",
+    "xla_topology",
+]

@@ -1,0 +1,51 @@
+"""Variables that point at files and switches: the config file, the sanity test switch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from ._vars import _environ, _int_var
+
+
+def config_file_override(environ: Mapping[str, str] | None = None) -> str | None:
+    """The config file named by ``NBACCEL_CONFIG_FILE`` (also set by ``nbaccel launch`` for
+    its processes, to the resolved config), or None."""
+    raw = _environ(environ).get("NBACCEL_CONFIG_FILE", "").strip()
+    return raw or None
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    home = env.get("HOME", "").strip()
+    return Path(home) if home else Path.home()
+
+
+def nbaccel_default_config_path(environ: Mapping[str, str] | None = None) -> Path:
+    """``~/.cache/nbaccel/default_config.yaml`` (``~`` is ``$HOME``)."""
+    return _home(_environ(environ)) / ".cache" / "nbaccel" / "default_config.yaml"
+
+
+def accelerate_config_candidates(environ: Mapping[str, str] | None = None) -> list[Path]:
+    """Where Accelerate keeps its default config: ``$HF_HOME/accelerate/default_config.yaml``
+    (``HF_HOME`` defaults to ``$XDG_CACHE_HOME/huggingface``, then ``~/.cache/huggingface``),
+    then the older ``default_config.json`` beside it."""
+    env = _environ(environ)
+    hf_home = env.get("HF_HOME", "").strip()
+    if hf_home:
+        base = Path(hf_home).expanduser()
+    else:
+        xdg = env.get("XDG_CACHE_HOME", "").strip()
+        base = (Path(xdg).expanduser() if xdg else _home(env) / ".cache") / "huggingface"
+    folder = base / "accelerate"
+    return [folder / "default_config.yaml", folder / "default_config.json"]
+
+
+def sanity_fail_rank(environ: Mapping[str, str] | None = None) -> int | None:
+    """The rank that ``nbaccel test``'s sanity script fails on purpose
+    (``NBACCEL_TEST_FAIL_RANK``), or None."""
+    return _int_var(_environ(environ), "NBACCEL_TEST_FAIL_RANK", default=None)
+
+
+def gloo_socket_interface(environ: Mapping[str, str] | None = None) -> str | None:
+    """The network interface the user pinned gloo to (``GLOO_SOCKET_IFNAME``), or None."""
+    return _environ(environ).get("GLOO_SOCKET_IFNAME") or None
