@@ -6,7 +6,7 @@ import contextlib
 import dataclasses
 import gc
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import torch
@@ -28,6 +28,7 @@ from .kwargs_handlers import (
 from .plugins import GradientAccumulationPlugin, ProjectConfiguration, TorchDynamoPlugin
 from .precision import Precision
 from .preparation import Preparer
+from .process_control import ProcessControlMixin
 from .state import AcceleratorState, GradientState
 from .state.registry import STATE
 from .strategies import strategy_for
@@ -90,7 +91,7 @@ def _accumulation_plugin(
     return GradientAccumulationPlugin(num_steps=steps)
 
 
-class Accelerator(CheckpointingMixin, TrackingMixin):
+class Accelerator(CheckpointingMixin, TrackingMixin, ProcessControlMixin):
     """One object for distributed, mixed-precision training with unchanged model code.
 
     Create it inside the function you launch (``notebook_launcher``, ``nbaccel launch``,
@@ -365,47 +366,6 @@ class Accelerator(CheckpointingMixin, TrackingMixin):
         return tuple(None for _ in objects)
 
     clear = free_memory
-
-    # -- processes (delegated to the state) --------------------------------------------------
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` once per machine."""
-        self.state.print(*args, **kwargs)
-
-    def wait_for_everyone(self) -> None:
-        """Block until every process gets here."""
-        self.state.wait_for_everyone()
-
-    def main_process_first(self) -> Any:
-        """Context: the main process runs the block first."""
-        return self.state.main_process_first()
-
-    def local_main_process_first(self) -> Any:
-        """Context: each machine's first process runs the block first."""
-        return self.state.local_main_process_first()
-
-    def split_between_processes(self, inputs: T, apply_padding: bool = False) -> Any:
-        """Context: this process's share of ``inputs``."""
-        return self.state.split_between_processes(inputs, apply_padding=apply_padding)
-
-    def on_main_process(self, function: Callable[..., Any]) -> Any:
-        """Decorator: run on the main process only."""
-        return self.state.on_main_process(function)
-
-    def on_local_main_process(self, function: Callable[..., Any]) -> Any:
-        """Decorator: run on each machine's first process only."""
-        return self.state.on_local_main_process(function)
-
-    def on_last_process(self, function: Callable[..., Any]) -> Any:
-        """Decorator: run on the last process only."""
-        return self.state.on_last_process(function)
-
-    def on_process(self, function: Any = None, process_index: Any = None) -> Any:
-        """Decorator: run on the process with this global index only."""
-        return self.state.on_process(function, process_index=process_index)
-
-    def on_local_process(self, function: Any = None, local_process_index: Any = None) -> Any:
-        """Decorator: run on the process with this index on each machine only."""
-        return self.state.on_local_process(function, local_process_index=local_process_index)
 
     # -- collective operations ---------------------------------------------------------------
     def gather(self, tensor: Any) -> Any:
