@@ -195,6 +195,35 @@ def _report(result: dict[str, Any], machine: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+NAME = "checkpoint"
+SUMMARY = "save_state/load_state of a ~100M-parameter model with AdamW: nbaccel vs Accelerate"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """This benchmark's options (prefixed, so they do not clash with the others')."""
+    group = parser.add_argument_group("checkpoint")
+    group.add_argument("--checkpoint_params", type=int, default=100_000_000, help="parameters")
+    group.add_argument("--checkpoint_repeats", type=int, default=5, help="runs per library")
+    group.add_argument("--checkpoint_dir", default=None, help="where to write (default: temp)")
+
+
+def run(options: argparse.Namespace) -> None:
+    """Run from ``python -m benchmarks``: prints the table, writes results/checkpoint.json."""
+    results = Path(__file__).resolve().parent / "results" / "checkpoint.json"
+    argv = [
+        "--params",
+        str(options.checkpoint_params),
+        "--repeats",
+        str(options.checkpoint_repeats),
+        "--json",
+        str(results),
+    ]
+    if options.checkpoint_dir:
+        argv += ["--dir", options.checkpoint_dir]
+    if main(argv) != 0:
+        raise RuntimeError("the checkpoint benchmark failed (is accelerate installed?)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print a markdown table; ``--json`` also writes the figures."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.checkpoint", description=__doc__)

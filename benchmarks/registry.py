@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import ddp_throughput
+from . import checkpoint, ddp_throughput
 
 __all__ = ["BENCHMARKS", "Benchmark"]
 
@@ -36,6 +36,12 @@ BENCHMARKS: dict[str, Benchmark] = {
             summary=ddp_throughput.SUMMARY,
             add_arguments=ddp_throughput.add_arguments,
             run=ddp_throughput.run,
+        ),
+        Benchmark(
+            name=checkpoint.NAME,
+            summary=checkpoint.SUMMARY,
+            add_arguments=checkpoint.add_arguments,
+            run=checkpoint.run,
         ),
     )
 }
