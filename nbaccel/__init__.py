@@ -5,6 +5,7 @@ from .checkpoint import load_checkpoint_in_model
 from .config import write_basic_config
 from .data import DataLoaderConfiguration, skip_first_batches
 from .enums import DistributedType, DynamoBackend, LoggerType, PrecisionType, RNGType
+from .fsdp import FullyShardedDataParallelPlugin
 from .kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -30,6 +31,7 @@ __all__ = [
     "DistributedDataParallelKwargs",
     "DistributedType",
     "DynamoBackend",
+    "FullyShardedDataParallelPlugin",
     "GeneralTracker",
     "GradScalerKwargs",
     "GradientAccumulationPlugin",

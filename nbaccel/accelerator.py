@@ -187,7 +187,7 @@ class Accelerator(CheckpointingMixin, TrackingMixin, ProcessControlMixin):
         self.device_placement = device_placement
         self.rng_types = [str(RNGType.parse(r, "rng_types")) for r in (rng_types or ["generator"])]
         self.scaler = self.precision.scaler
-        self.strategy = strategy_for(self.state.distributed_type)
+        self.strategy = strategy_for(self.state.distributed_type, self.state.fsdp_plugin)
         ddp = handlers.get(DistributedDataParallelKwargs)
         self._preparer = Preparer(
             device=self.state.device,
@@ -341,7 +341,7 @@ class Accelerator(CheckpointingMixin, TrackingMixin, ProcessControlMixin):
     ) -> torch.Tensor:
         """Clip the gradients' total norm (after unscaling fp16 gradients); returns the norm."""
         self.unscale_gradients()
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        return self.strategy.clip_grad_norm_(parameters, max_norm, norm_type)
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
         """Clip every gradient value to ``[-clip_value, clip_value]`` (after unscaling)."""

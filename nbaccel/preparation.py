@@ -137,7 +137,8 @@ class Preparer:
         """Move ``model`` to the device, add mixed precision, wrap it (DDP...), compile it."""
         self._check_new(model, "model")
         place = self.device_placement if device_placement is None else device_placement
-        if place:
+        has_meta = any(t.is_meta for t in (*model.parameters(), *model.buffers()))
+        if place and not has_meta:  # a model still on "meta" is materialised by its strategy
             move_model_to_device(model, self.device)
         model = self.precision.prepare_fp8(model)
         self.precision.wrap_forward(model)

@@ -4,6 +4,15 @@ from .checkpoint import load_checkpoint_in_model
 from .config import write_basic_config
 from .data import DataLoaderConfiguration, skip_first_batches
 from .enums import DistributedType, DynamoBackend, LoggerType, PrecisionType, RNGType
+from .fsdp import (
+    FullyShardedDataParallelPlugin,
+    disable_fsdp_ram_efficient_loading,
+    enable_fsdp_ram_efficient_loading,
+    fsdp2_load_full_state_dict,
+    fsdp2_prepare_auto_wrap_policy,
+    fsdp2_prepare_model,
+    fsdp2_switch_optimizer_parameters,
+)
 from .kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -47,6 +56,7 @@ __all__ = [
     "DistributedDataParallelKwargs",
     "DistributedType",
     "DynamoBackend",
+    "FullyShardedDataParallelPlugin",
     "GeneralTracker",
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
@@ -65,8 +75,14 @@ __all__ = [
     "broadcast_object_list",
     "concatenate",
     "convert_to_fp32",
+    "disable_fsdp_ram_efficient_loading",
+    "enable_fsdp_ram_efficient_loading",
     "find_batch_size",
     "find_tied_parameters",
+    "fsdp2_load_full_state_dict",
+    "fsdp2_prepare_auto_wrap_policy",
+    "fsdp2_prepare_model",
+    "fsdp2_switch_optimizer_parameters",
     "gather",
     "gather_object",
     "honor_type",

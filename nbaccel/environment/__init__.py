@@ -36,9 +36,11 @@ from .launch import (
 from .settings import (
     accelerate_config_candidates,
     config_file_override,
+    fsdp_ram_efficient_loading_enabled,
     gloo_socket_interface,
     nbaccel_default_config_path,
     sanity_fail_rank,
+    set_fsdp_ram_efficient_loading,
 )
 
 __all__ = [
@@ -49,6 +51,7 @@ __all__ = [
     "config_file_override",
     "cuda_device_count",
     "debug_mode_requested",
+    "fsdp_ram_efficient_loading_enabled",
     "gloo_socket_interface",
     "hardware_description",
     "in_colab",
@@ -59,6 +62,7 @@ __all__ = [
     "nbaccel_default_config_path",
     "read_launch_environment",
     "sanity_fail_rank",
+    "set_fsdp_ram_efficient_loading",
     "tpu_requested",
     "user_thread_count",
     "xla_available",

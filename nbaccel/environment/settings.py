@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from ._vars import _environ, _int_var
+from ._vars import _bool_var, _environ, _int_var
 
 
 def config_file_override(environ: Mapping[str, str] | None = None) -> str | None:
@@ -49,3 +50,17 @@ def sanity_fail_rank(environ: Mapping[str, str] | None = None) -> int | None:
 def gloo_socket_interface(environ: Mapping[str, str] | None = None) -> str | None:
     """The network interface the user pinned gloo to (``GLOO_SOCKET_IFNAME``), or None."""
     return _environ(environ).get("GLOO_SOCKET_IFNAME") or None
+
+
+_RAM_EFFICIENT_LOADING = "FSDP_CPU_RAM_EFFICIENT_LOADING"
+
+
+def fsdp_ram_efficient_loading_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether RAM-efficient loading for FSDP is switched on (``FSDP_CPU_RAM_EFFICIENT_LOADING``,
+    the variable that Accelerate and Transformers read)."""
+    return _bool_var(_environ(environ), _RAM_EFFICIENT_LOADING)
+
+
+def set_fsdp_ram_efficient_loading(enabled: bool) -> None:
+    """Write the documented toggle ``FSDP_CPU_RAM_EFFICIENT_LOADING`` (``True`` / ``False``)."""
+    os.environ[_RAM_EFFICIENT_LOADING] = "True" if enabled else "False"

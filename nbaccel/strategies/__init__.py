@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..enums import DistributedType
 from .base import Strategy
 from .ddp import DDPStrategy
+from .fsdp import FSDPStrategy
 from .xla import XlaStrategy
 
-__all__ = ["DDPStrategy", "Strategy", "XlaStrategy", "strategy_for"]
+__all__ = ["DDPStrategy", "FSDPStrategy", "Strategy", "XlaStrategy", "strategy_for"]
 
 
-def strategy_for(distributed_type: DistributedType) -> Strategy:
-    """The strategy for a distributed type (FSDP is refused until it is wired)."""
+def strategy_for(distributed_type: DistributedType, fsdp_plugin: Any = None) -> Strategy:
+    """The strategy for a distributed type (FSDP needs its ``FullyShardedDataParallelPlugin``)."""
+    if distributed_type == DistributedType.FSDP:
+        if fsdp_plugin is None:
+            raise ValueError(
+                "DistributedType.FSDP needs fsdp_plugin=FullyShardedDataParallelPlugin()."
+            )
+        return FSDPStrategy(fsdp_plugin)
     if distributed_type in (DistributedType.MULTI_CPU, DistributedType.MULTI_GPU):
         return DDPStrategy()
     if distributed_type == DistributedType.XLA:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from typing import Any
 
+import torch
 from torch import nn
 
 __all__ = ["Strategy"]
@@ -23,6 +25,12 @@ class Strategy:
 
     def reduce_gradients(self, optimizer: Any) -> None:
         """Reduce gradients before an optimizer step when the wrapper does not (XLA)."""
+
+    def clip_grad_norm_(
+        self, parameters: Iterable[torch.Tensor] | torch.Tensor, max_norm: float, norm_type: float
+    ) -> torch.Tensor:
+        """Clip the gradients' total norm; returns the norm (sharded strategies override)."""
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
     @staticmethod
     def unwrap_model(model: nn.Module) -> nn.Module:

@@ -1,0 +1,128 @@
+"""FSDP: parameters, gradients and optimizer state sharded across processes (FSDP1 or FSDP2)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from .base import Strategy
+
+__all__ = ["FSDPStrategy", "switch_parameters"]
+
+
+def switch_parameters(optimizer: Any, mapping: dict[int, nn.Parameter]) -> bool:
+    """Point ``optimizer`` at the sharded parameters (``id(original) -> new``); returns
+    whether anything changed. Several originals that share one flat parameter become one."""
+    groups = optimizer.param_groups
+    if not any(id(p) in mapping and mapping[id(p)] is not p for g in groups for p in g["params"]):
+        return False
+    if any(optimizer.state.get(p) for g in groups for p in g["params"]):
+        raise RuntimeError(
+            "The optimizer already has state for the unsharded parameters; prepare the model "
+            "and the optimizer before the first optimizer step."
+        )
+    owner: dict[int, int] = {}
+    for index, group in enumerate(groups):
+        new: list[nn.Parameter] = []
+        for param in group["params"]:
+            target = mapping.get(id(param), param)
+            if owner.setdefault(id(target), index) != index:
+                raise ValueError(
+                    "Two optimizer parameter groups hold parameters that FSDP flattened into "
+                    "one FlatParameter; set use_orig_params=True (or fsdp_version=2) to keep "
+                    "several parameter groups."
+                )
+            if all(target is not seen for seen in new):
+                new.append(target)
+        group["params"] = new
+    return True
+
+
+class FSDPStrategy(Strategy):
+    """Wraps models with FSDP1 ``FullyShardedDataParallel`` or FSDP2 ``fully_shard``."""
+
+    def __init__(self, plugin: Any) -> None:
+        self.plugin = plugin
+        self._mapping: dict[int, nn.Parameter] = {}
+        self._models: list[nn.Module] = []
+
+    def wrap_model(self, model: nn.Module, **kwargs: Any) -> nn.Module:
+        """Shard ``model`` as the plugin says (``device`` is this process's device)."""
+        from ..state import AcceleratorState
+
+        device: torch.device = kwargs.pop("device", None) or AcceleratorState().device
+        precision = AcceleratorState().mixed_precision
+        if precision in ("fp16", "bf16") and self.plugin.mixed_precision_policy is None:
+            self.plugin.set_mixed_precision(precision)
+        if self.plugin.xla:
+            raise NotImplementedError(
+                "fsdp_config sets xla: true, but FSDP on TPU (torch_xla's XlaFullyShardedData"
+                "Parallel) is not available in this version of nbaccel; drop xla for GPU/CPU."
+            )
+        if self.plugin.fsdp_version == 2:
+            from ..fsdp.fsdp2 import shard_fsdp2
+
+            wrapped, mapping = shard_fsdp2(model, self.plugin, device)
+        else:
+            from ..fsdp.fsdp1 import wrap_fsdp1
+
+            wrapped, mapping = wrap_fsdp1(model, self.plugin, device)
+        self._mapping.update(mapping)
+        self._models.append(wrapped)
+        return wrapped
+
+    def reduce_gradients(self, optimizer: Any) -> None:
+        """FSDP reduces gradients itself; here optimizers built before ``prepare`` are
+        switched to the sharded parameters (once)."""
+        switch_parameters(optimizer, self._mapping)
+
+    def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[Any]:
+        """Skip the gradient reduce-scatter in backward (gradient accumulation)."""
+        from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+
+        if isinstance(model, FullyShardedDataParallel):
+            return model.no_sync()
+        if isinstance(model, FSDPModule):
+            return _fsdp2_no_sync(model)
+        return contextlib.nullcontext()
+
+    def clip_grad_norm_(
+        self, parameters: Iterable[torch.Tensor] | torch.Tensor, max_norm: float, norm_type: float
+    ) -> torch.Tensor:
+        """Clip by the norm over all shards (every process gets the same total norm)."""
+        from torch.distributed.fsdp import FullyShardedDataParallel
+        from torch.distributed.tensor import DTensor
+
+        params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        wanted = {id(p) for p in params}
+        for model in self._models:
+            if isinstance(model, FullyShardedDataParallel):
+                owned = {id(p) for p in model.parameters()}
+                if wanted and wanted <= owned:
+                    return model.clip_grad_norm_(max_norm, norm_type)
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type)
+        return norm.full_tensor() if isinstance(norm, DTensor) else norm
+
+    @staticmethod
+    def unwrap_model(model: nn.Module) -> nn.Module:
+        """Peel FSDP1 wrappers as well as DDP / compile ones (FSDP2 models are the model)."""
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        while True:
+            model = Strategy.unwrap_model(model)
+            if not isinstance(model, FullyShardedDataParallel):
+                return model
+            model = model.module
+
+
+@contextlib.contextmanager
+def _fsdp2_no_sync(model: Any) -> Iterator[None]:
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
