@@ -18,6 +18,7 @@ from .checkpoint import CheckpointingMixin
 from .config.resolve import configured_dynamo_plugin
 from .data import DataLoaderConfiguration, skip_first_batches
 from .enums import DynamoBackend, RNGType
+from .fsdp import FullyShardedDataParallelPlugin
 from .kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -33,6 +34,7 @@ from .state import AcceleratorState, GradientState
 from .state.registry import STATE
 from .strategies import strategy_for
 from .tracking import TrackingMixin, resolve_log_with
+from .validation import check_bool, check_instance, check_path
 
 __all__ = ["Accelerator"]
 
@@ -44,6 +46,21 @@ _HANDLERS = (
     AutocastKwargs,
 )
 _UNSET: Any = object()
+
+
+def _check_arguments(**given: Any) -> None:
+    """Type checks of the Accelerator's arguments that the state does not make itself."""
+    for name in ("device_placement", "step_scheduler_with_optimizer"):
+        check_bool(f"Accelerator({name})", given[name])
+    check_path("Accelerator(project_dir)", given["project_dir"])
+    kinds = {
+        "dataloader_config": (DataLoaderConfiguration, "a DataLoaderConfiguration"),
+        "project_config": (ProjectConfiguration, "a ProjectConfiguration"),
+        "dynamo_plugin": (TorchDynamoPlugin, "a TorchDynamoPlugin"),
+        "fsdp_plugin": (FullyShardedDataParallelPlugin, "a FullyShardedDataParallelPlugin"),
+    }
+    for name, (kind, what) in kinds.items():
+        check_instance(f"Accelerator({name})", given[name], kind, what)
 
 
 def _handlers(kwargs_handlers: list[KwargsHandler] | None) -> dict[type, KwargsHandler]:
@@ -140,6 +157,15 @@ class Accelerator(CheckpointingMixin, TrackingMixin, ProcessControlMixin):
                     f"Accelerator({name}=...) is not supported by nbaccel yet; several "
                     "processes train with DDP, or pass fsdp_plugin for sharded training."
                 )
+        _check_arguments(
+            device_placement=device_placement,
+            dataloader_config=dataloader_config,
+            project_dir=project_dir,
+            project_config=project_config,
+            dynamo_plugin=dynamo_plugin,
+            fsdp_plugin=fsdp_plugin,
+            step_scheduler_with_optimizer=step_scheduler_with_optimizer,
+        )
         handlers = _handlers(kwargs_handlers)
         accumulation = _accumulation_plugin(
             gradient_accumulation_steps, gradient_accumulation_plugin

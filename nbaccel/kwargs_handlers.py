@@ -6,6 +6,8 @@ import dataclasses
 from datetime import timedelta
 from typing import Any
 
+from .validation import check_bool, check_number
+
 __all__ = [
     "AutocastKwargs",
     "DistributedDataParallelKwargs",
@@ -94,6 +96,16 @@ class DistributedDataParallelKwargs(KwargsHandler):
     static_graph: bool = False
 
     def __post_init__(self) -> None:
+        check_number("DistributedDataParallelKwargs(dim)", self.dim)
+        check_number("DistributedDataParallelKwargs(bucket_cap_mb)", self.bucket_cap_mb)
+        for name in (
+            "broadcast_buffers",
+            "find_unused_parameters",
+            "check_reduction",
+            "gradient_as_bucket_view",
+            "static_graph",
+        ):
+            check_bool(f"DistributedDataParallelKwargs({name})", getattr(self, name))
         if self.bucket_cap_mb <= 0:
             raise ValueError(
                 f"DistributedDataParallelKwargs(bucket_cap_mb={self.bucket_cap_mb}) must be "
@@ -112,6 +124,9 @@ class GradScalerKwargs(KwargsHandler):
     enabled: bool = True
 
     def __post_init__(self) -> None:
+        for name in ("init_scale", "growth_factor", "backoff_factor", "growth_interval"):
+            check_number(f"GradScalerKwargs({name})", getattr(self, name))
+        check_bool("GradScalerKwargs(enabled)", self.enabled)
         if self.init_scale <= 0 or self.growth_factor <= 1.0 or not 0 < self.backoff_factor < 1:
             raise ValueError(
                 "GradScalerKwargs needs init_scale > 0, growth_factor > 1 and "
@@ -130,3 +145,7 @@ class AutocastKwargs(KwargsHandler):
 
     enabled: bool = True
     cache_enabled: bool | None = None
+
+    def __post_init__(self) -> None:
+        check_bool("AutocastKwargs(enabled)", self.enabled)
+        check_bool("AutocastKwargs(cache_enabled)", self.cache_enabled, allow_none=True)

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from .enums import DynamoBackend
+from .validation import check_bool, check_path
 
 __all__ = ["GradientAccumulationPlugin", "ProjectConfiguration", "TorchDynamoPlugin"]
 
@@ -64,6 +65,8 @@ class TorchDynamoPlugin:
 
     def __post_init__(self) -> None:
         self.backend = DynamoBackend.parse(self.backend, "TorchDynamoPlugin(backend)")
+        check_bool("TorchDynamoPlugin(fullgraph)", self.fullgraph)
+        check_bool("TorchDynamoPlugin(dynamic)", self.dynamic, allow_none=True)
         modes = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
         if self.mode not in modes:
             raise ValueError(f"TorchDynamoPlugin(mode={self.mode!r}) must be one of {modes}.")
@@ -99,6 +102,12 @@ class ProjectConfiguration:
     save_on_each_node: bool = False
 
     def __post_init__(self) -> None:
+        check_path("ProjectConfiguration(project_dir)", self.project_dir)
+        check_path("ProjectConfiguration(logging_dir)", self.logging_dir)
+        check_bool(
+            "ProjectConfiguration(automatic_checkpoint_naming)", self.automatic_checkpoint_naming
+        )
+        check_bool("ProjectConfiguration(save_on_each_node)", self.save_on_each_node)
         if self.logging_dir is None:
             self.logging_dir = self.project_dir
         if self.total_limit is not None and (

@@ -67,6 +67,11 @@ class Preparer:
         self, objects: tuple[Any, ...], device_placement: list[bool] | None
     ) -> tuple[Any, ...]:
         """Prepare ``objects`` (schedulers after everything else), returned in order."""
+        if device_placement is not None and not isinstance(device_placement, (list, tuple)):
+            raise TypeError(
+                "prepare(device_placement=...) must be a list with one True/False per object, "
+                f"got {type(device_placement).__name__} ({device_placement!r})."
+            )
         if device_placement is not None and len(device_placement) != len(objects):
             raise ValueError(
                 f"prepare(device_placement=...) has {len(device_placement)} entries for "

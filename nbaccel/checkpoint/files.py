@@ -160,7 +160,16 @@ def load_tensors(path: Path, device: str | torch.device = "cpu") -> dict[str, to
 def save_object(obj: Any, path: Path) -> None:
     """``torch.save`` ``obj`` atomically (it must hold only tensors and plain values)."""
     with atomic_file(path) as temporary:
-        torch.save(obj, temporary)
+        try:
+            with open(temporary, "wb") as stream:
+                torch.save(obj, stream)
+        except (OSError, RuntimeError) as error:
+            cause = error if isinstance(error, OSError) else error.__context__
+            if isinstance(cause, OSError) and cause.errno is not None:
+                raise OSError(
+                    cause.errno, f"Could not write checkpoint file {path}: {cause.strerror}"
+                ) from error
+            raise
 
 
 def load_object(path: Path, map_location: str | torch.device | None = "cpu") -> Any:

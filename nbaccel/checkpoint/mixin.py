@@ -23,6 +23,7 @@ from ..plugins import ProjectConfiguration
 from ..preparation import Preparer
 from ..state import AcceleratorState
 from ..strategies import Strategy
+from ..validation import check_bool, check_instance, check_path
 from .export import save_model_files
 from .files import dedupe_shared, save_object, save_tensors
 from .layout import (
@@ -152,6 +153,8 @@ class CheckpointingMixin:
         """Save models, optimizers, schedulers, scaler, data loader positions, RNG states and
         registered objects; every process must call it. The directory appears complete or not
         at all. Returns the checkpoint directory."""
+        check_path("save_state(output_dir)", output_dir)
+        check_bool("save_state(safe_serialization)", safe_serialization)
         config = self.project_configuration
         target = self._save_target(output_dir)
         token = broadcast_object_list([secrets.token_hex(6)])[0]
@@ -162,6 +165,19 @@ class CheckpointingMixin:
             remove_stale_staging(target, keep=staging)
             staging.mkdir(exist_ok=True)
         self.wait_for_everyone()
+        try:
+            self._write_and_publish(staging, target, token, publisher, safe_serialization)
+        except BaseException:
+            if publisher:  # leave no half checkpoint behind (the previous one is untouched)
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
+        config.iteration += 1
+        return str(target)
+
+    def _write_and_publish(
+        self, staging: Path, target: Path, token: str, publisher: bool, safe_serialization: bool
+    ) -> None:
+        config = self.project_configuration
         staging.mkdir(parents=True, exist_ok=True)  # machines without a shared file system
         models = list(self._preparer.models)
         weights = [self.get_state_dict(model) for model in models]
@@ -187,8 +203,6 @@ class CheckpointingMixin:
                     remove_stale_staging(old)
                     _remove_tree(old)
         self.wait_for_everyone()
-        config.iteration += 1
-        return str(target)
 
     def _state_objects(self, **kwargs: Any) -> StateObjects:
         preparer = self._preparer
@@ -228,6 +242,7 @@ class CheckpointingMixin:
     ) -> None:
         """Load what :meth:`save_state` saved into the prepared objects (the newest automatic
         checkpoint when ``input_dir`` is None); RNG states and data loader epochs too."""
+        check_path("load_state(input_dir)", input_dir)
         directory = self._load_source(input_dir)
         models = list(self._preparer.models)
         for hook in list(self._checkpointing.load_hooks.values()):
@@ -262,6 +277,11 @@ class CheckpointingMixin:
         """Export ``model``'s weights (unwrapped) for ``load_checkpoint_in_model`` and the Hugging
         Face ecosystem: safetensors shards plus an index, or ``pytorch_model.bin``. Every
         process calls it; only the main process writes."""
+        check_instance("save_model(model)", model, nn.Module, "a torch.nn.Module")
+        if model is None:
+            raise TypeError("save_model(model) must be a torch.nn.Module, got None.")
+        check_path("save_model(save_directory)", save_directory, allow_none=False)
+        check_bool("save_model(safe_serialization)", safe_serialization)
         state_dict = self.get_state_dict(model)
         if self._writes():
             save_model_files(state_dict, Path(save_directory), max_shard_size, safe_serialization)

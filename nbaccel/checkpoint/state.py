@@ -171,6 +171,10 @@ def load_state_files(
     if not directory.is_dir():
         raise FileNotFoundError(f"The checkpoint directory {directory} does not exist.")
     files = _Checked(directory)
+    if files.manifest is not None:  # a missing registered-object file is named as such
+        listed = files.manifest.get("files", {})
+        custom = sorted(name for name in listed if name.startswith("custom_checkpoint_"))
+        verify_manifest(directory, files.manifest, custom)
     _check_custom_count(directory, len(objects.custom))
     for i, model in enumerate(objects.models):
         _load_model(model, files, i, strict)

@@ -142,9 +142,9 @@ def run(args: argparse.Namespace) -> int:
             )
             return 2
         return _write(questionnaire(), args.config_file)
-    except ConfigError as exc:
+    except ConfigError as exc:  # a bad value: a usage error, like a bad option
         print(f"nbaccel config: {exc}", file=sys.stderr)
-        return 1
+        return 2
 
 
 def _write(config: ConfigFile, config_file: str | None) -> int:

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         resolved = resolve_launch({}, loaded)
     except ConfigError as exc:
         print(f"nbaccel test: {exc}", file=sys.stderr)
-        return 1
+        return 2  # a bad config file is a usage error
     where = str(resolved.path) if resolved.path else "no config file (defaults)"
     print(f"nbaccel test: running the sanity script with {where}", flush=True)
     code = execute(resolved, [str(Path(sanity.__file__))])

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         save_config_file(loaded.config.replace(fsdp_config=fsdp), output)
     except ConfigError as exc:
         print(f"nbaccel to-fsdp2: {exc}", file=sys.stderr)
-        return 1
+        return 2  # a bad config file is a usage error
     for note in notes:
         print(f"  {note}")
     print(f"nbaccel to-fsdp2: wrote the version-2 config to {output}")

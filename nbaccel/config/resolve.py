@@ -110,11 +110,19 @@ def resolve_launch(explicit: Mapping[str, Any], loaded: LoadedConfig | None) -> 
         if derived != config.distributed_type:
             config, sources["distributed_type"] = config.replace(distributed_type=derived), DERIVED
     _check_machines(config, per, cpu, gpus)
+    restarts = int(explicit.get("max_restarts") or 0)
+    interval = float(explicit.get("monitor_interval") or 0.1)
+    if restarts < 0:
+        raise ConfigError(f"max_restarts={restarts} is not allowed; it must be 0 or more.")
+    if interval <= 0:
+        raise ConfigError(
+            f"monitor_interval={interval} is not allowed; it must be a positive number of seconds."
+        )
     return ResolvedLaunch(
         config=config,
         processes_per_machine=int(per),
-        max_restarts=int(explicit.get("max_restarts") or 0),
-        monitor_interval=float(explicit.get("monitor_interval") or 0.1),
+        max_restarts=restarts,
+        monitor_interval=interval,
         sources=sources,
         path=loaded.path if loaded is not None else None,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -45,6 +46,10 @@ class LaunchPlan:
         config: the validated launcher settings.
         method: ``"fork"`` or ``"spawn"``.
         on_event: receives worker events in the launcher's process.
+        line_sink: also receives every whole output line as ``(local_rank, stream, line)``
+            (see :class:`OutputRelay`).
+        stop_requested: set it to stop every rank (see :class:`WorkerGroup`).
+        on_started: receives ``{global rank: pid}`` once the workers of an attempt started.
     """
 
     function: Callable[..., Any]
@@ -53,6 +58,9 @@ class LaunchPlan:
     config: LaunchConfig
     method: str
     on_event: Callable[[Any], None] | None = None
+    line_sink: Callable[[int, str, str], None] | None = None
+    stop_requested: threading.Event | None = None
+    on_started: Callable[[dict[int, int]], None] | None = None
 
     def run(self, attempt: int) -> list[Any]:
         """Meet the other machines (if any), run the group, return the local results."""
@@ -96,11 +104,17 @@ class LaunchPlan:
             )
             for lr, r in ranks.items()
         }
-        relay = OutputRelay(prefixes)
+        relay = OutputRelay(prefixes, line_sink=self.line_sink)
         try:
             specs = [self._spec(config, attempt, port, r, lr, relay) for lr, r in ranks.items()]
             group = WorkerGroup(
-                specs, self.on_event, config.monitor_interval, config.timeout, attempt=attempt
+                specs,
+                self.on_event,
+                config.monitor_interval,
+                config.timeout,
+                attempt=attempt,
+                stop_requested=self.stop_requested,
+                on_started=self.on_started,
             )
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()

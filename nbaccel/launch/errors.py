@@ -13,6 +13,7 @@ import cloudpickle
 from .wire import dumps_for_parent
 
 __all__ = [
+    "LaunchStopped",
     "LaunchTimeoutError",
     "RankFate",
     "RemoteException",
@@ -193,6 +194,20 @@ class WorkerError(RuntimeError):
 
 class LaunchTimeoutError(WorkerError, TimeoutError):
     """Ranks were still running when the launcher's ``timeout`` ran out."""
+
+
+class LaunchStopped(KeyboardInterrupt):
+    """The launch was stopped on request (the dashboard's Stop button, ``stop_requested``).
+
+    Every worker was stopped the way a kernel interrupt stops them (SIGTERM, then SIGKILL)
+    before this is raised. Like ``KeyboardInterrupt`` it is not an ``Exception``, so
+    ``max_restarts`` does not restart a stopped launch.
+    """
+
+    def __init__(
+        self, message: str = "the launch was stopped on request; every rank was stopped"
+    ) -> None:
+        super().__init__(message)
 
 
 def build_error(cause: RankFate, fates: list[RankFate]) -> BaseException:

@@ -45,6 +45,7 @@ def notebook_launcher(
     debug: bool | None = None,
     kwargs: dict[str, Any] | None = None,
     on_event: Callable[[Any], None] | None = None,
+    dashboard: bool | Any | None = None,
 ) -> list[Any]:
     """Run ``function(*args)`` on ``num_processes`` processes of this machine and return
     the list of their return values, indexed by local process index.
@@ -57,6 +58,8 @@ def notebook_launcher(
         WorkerError: a rank failed (the original exception is raised where it can be rebuilt,
             with the WorkerError as its cause).
         KeyboardInterrupt: the kernel was interrupted; every worker was stopped first.
+        LaunchStopped: (a ``KeyboardInterrupt``) the dashboard's Stop button was pressed;
+            every worker was stopped first.
     """
     if not callable(function):
         raise TypeError(f"function must be callable, got {type(function).__name__}.")
@@ -64,6 +67,8 @@ def notebook_launcher(
         raise TypeError(f"args must be a tuple of arguments, got {type(args).__name__}.")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise TypeError(f"kwargs must be a dict or None, got {type(kwargs).__name__}.")
+    if on_event is not None and not callable(on_event):
+        raise TypeError(f"on_event must be callable or None, got {type(on_event).__name__}.")
     config = LaunchConfig.build(
         num_processes=num_processes,
         mixed_precision=mixed_precision,
@@ -86,6 +91,59 @@ def notebook_launcher(
     )
     _refuse_existing_state()
     call_args, call_kwargs = tuple(args), dict(kwargs or {})
+    board = _open_dashboard(dashboard)
+    if board is None:
+        return _dispatch(function, call_args, call_kwargs, config, on_event, None)
+    board.begin(config.num_processes, config.node_rank * config.num_processes)
+    try:
+        results = _dispatch(function, call_args, call_kwargs, config, board.chain(on_event), board)
+    except BaseException as exc:
+        board.end(exc)
+        raise
+    board.end(None)
+    return results
+
+
+def debug_launcher(
+    function: Callable[..., Any], args: tuple[Any, ...] = (), num_processes: int = 2
+) -> list[Any]:
+    """Run ``function(*args)`` on ``num_processes`` CPU processes (for tests and debugging)."""
+    return notebook_launcher(function, args, num_processes=num_processes, cpu=True)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _open_dashboard(dashboard: bool | Any | None) -> Any:
+    """None (no dashboard), or the dashboard to feed: one given, or a new one for ``True``.
+
+    The dashboard lives in ``nbaccel.widgets`` (imported only when asked for): a widget in a
+    notebook with ipywidgets, plain text otherwise. It offers ``begin``, ``chain``, ``end``,
+    ``line_sink``, ``stop_requested`` and ``set_pids`` (see ``docs/widgets.md``).
+    """
+    if dashboard is None or dashboard is False:
+        return None
+    if dashboard is True:
+        from ..widgets import launch_dashboard
+
+        return launch_dashboard()
+    if not all(hasattr(dashboard, name) for name in ("begin", "chain", "end", "line_sink")):
+        raise TypeError(
+            f"dashboard must be True, False, None or a dashboard from nbaccel.widgets, "
+            f"got {type(dashboard).__name__}."
+        )
+    return dashboard
+
+
+def _dispatch(
+    function: Callable[..., Any],
+    call_args: tuple[Any, ...],
+    call_kwargs: dict[str, Any],
+    config: LaunchConfig,
+    on_event: Callable[[Any], None] | None,
+    board: Any,
+) -> list[Any]:
+    """Run the launch on the path the config asks for (TPU, in this process, or workers)."""
     if config.accelerator == "xla":
         from .xla import launch_xla
 
@@ -98,18 +156,18 @@ def notebook_launcher(
             config,
             restartable=lambda exc: True,
         )
-    plan = LaunchPlan(function, call_args, call_kwargs, config, _start_method(config), on_event)
+    plan = LaunchPlan(
+        function,
+        call_args,
+        call_kwargs,
+        config,
+        _start_method(config),
+        on_event,
+        line_sink=getattr(board, "line_sink", None),
+        stop_requested=getattr(board, "stop_requested", None),
+        on_started=getattr(board, "set_pids", None),
+    )
     return _with_restarts(plan.run, config, restartable=_is_rank_failure)
-
-
-def debug_launcher(
-    function: Callable[..., Any], args: tuple[Any, ...] = (), num_processes: int = 2
-) -> list[Any]:
-    """Run ``function(*args)`` on ``num_processes`` CPU processes (for tests and debugging)."""
-    return notebook_launcher(function, args, num_processes=num_processes, cpu=True)
-
-
-# -- helpers ---------------------------------------------------------------------------------
 
 
 def _with_restarts(

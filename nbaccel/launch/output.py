@@ -9,7 +9,7 @@ import selectors
 import string
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 __all__ = [
@@ -106,7 +106,9 @@ def format_prefix(
 class _Pipe:
     """One captured stream of one rank: its pipe ends and its unfinished line."""
 
-    def __init__(self, prefix: str, stream: TextIO) -> None:
+    def __init__(self, prefix: str, stream: TextIO, local_rank: int = 0, name: str = "") -> None:
+        self.local_rank = local_rank
+        self.name = name
         self.read_fd, write_fd = os.pipe()
         self.write_fd: int | None = write_fd
         self.prefix = prefix
@@ -116,6 +118,10 @@ class _Pipe:
 
     def take_lines(self, data: bytes, final: bool) -> str:
         """Append ``data``; return every finished segment, prefixed and newline-terminated."""
+        return "".join(self.prefix + line + "\n" for line in self.take_segments(data, final))
+
+    def take_segments(self, data: bytes, final: bool) -> list[str]:
+        """Append ``data``; return every finished segment, without prefix or line end."""
         buf = self.pending
         scan_from = max(len(buf) - 1, 0)  # the old tail holds no line end, bar a final "\r"
         buf.extend(data)
@@ -128,12 +134,12 @@ class _Pipe:
             segment = buf[start : match.start()]
             start = end
             if segment or match.group() != b"\r":
-                out.append(self.prefix + segment.decode("utf-8", "replace") + "\n")
+                out.append(segment.decode("utf-8", "replace"))
         del buf[:start]
         if final and buf:
-            out.append(self.prefix + buf.decode("utf-8", "replace") + "\n")
+            out.append(buf.decode("utf-8", "replace"))
             buf.clear()
-        return "".join(out)
+        return out
 
 
 class OutputRelay:
@@ -148,6 +154,10 @@ class OutputRelay:
         stdout: Where the ranks' stdout goes; default ``sys.stdout`` as it is now (in a
             Jupyter kernel, the running cell's stream).
         stderr: Where the ranks' stderr goes; default ``sys.stderr`` as it is now.
+        line_sink: Also called, from the reader thread, with ``(local_rank, "stdout" or
+            "stderr", line)`` for every whole line (no prefix, no line end), after the line was
+            written to the parent's stream; the launch dashboard shows per-rank output this way.
+            Exceptions it raises are ignored.
     """
 
     def __init__(
@@ -155,7 +165,9 @@ class OutputRelay:
         prefixes: Mapping[int, str],
         stdout: TextIO | None = None,
         stderr: TextIO | None = None,
+        line_sink: Callable[[int, str, str], None] | None = None,
     ) -> None:
+        self._line_sink = line_sink
         self._stdout: TextIO = sys.stdout if stdout is None else stdout
         self._stderr: TextIO = sys.stderr if stderr is None else stderr
         self._lock = threading.Lock()
@@ -167,8 +179,8 @@ class OutputRelay:
         try:
             for local_rank, prefix in prefixes.items():
                 self._pipes[local_rank] = (
-                    _Pipe(prefix, self._stdout),
-                    _Pipe(prefix, self._stderr),
+                    _Pipe(prefix, self._stdout, local_rank, "stdout"),
+                    _Pipe(prefix, self._stderr, local_rank, "stderr"),
                 )
         except BaseException:
             self._close_fds()
@@ -280,7 +292,7 @@ class OutputRelay:
             for pipe in self._all_pipes():
                 if not pipe.eof:
                     self._read(pipe, max_reads=_MAX_DRAIN_READS)
-                    self._emit(pipe, pipe.take_lines(b"", final=True))
+                    self._emit(pipe, pipe.take_segments(b"", final=True))
 
     def _read(self, pipe: _Pipe, max_reads: int) -> None:
         for _ in range(max_reads):
@@ -292,19 +304,26 @@ class OutputRelay:
                 data = b""
             if not data:
                 pipe.eof = True
-            self._emit(pipe, pipe.take_lines(data, final=pipe.eof))
+            self._emit(pipe, pipe.take_segments(data, final=pipe.eof))
             if pipe.eof:
                 return
 
-    def _emit(self, pipe: _Pipe, text: str) -> None:
-        if not text:
+    def _emit(self, pipe: _Pipe, lines: list[str]) -> None:
+        if not lines:
             return
+        text = "".join(pipe.prefix + line + "\n" for line in lines)
         with self._lock:
             try:
                 pipe.stream.write(text)
                 pipe.stream.flush()
             except Exception:  # a broken parent stream must not stop the draining
                 pass
+            if self._line_sink is not None:
+                for line in lines:
+                    try:
+                        self._line_sink(pipe.local_rank, pipe.name, line)
+                    except Exception:  # a failing sink must not stop the draining either
+                        pass
 
 
 def _flush_quietly(stream: object) -> None:

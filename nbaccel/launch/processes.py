@@ -14,6 +14,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from typing import Any
 
 import cloudpickle
 
-from .errors import RankFate, RemoteException
+from .errors import LaunchStopped, RankFate, RemoteException
 from .events import RankStateEvent
 from .spec import WorkerSpec
 
@@ -166,6 +167,10 @@ class WorkerGroup:
         timeout: seconds after which ranks still running are stopped (None: no limit).
         grace: seconds between SIGTERM and SIGKILL when stopping workers.
         attempt: the restart count of this attempt (carried by the events it announces).
+        stop_requested: when set (from any thread), the supervisor stops every worker as an
+            interrupt does (SIGTERM, then SIGKILL after ``grace``) and :meth:`run` raises
+            :class:`LaunchStopped`; checked every ``monitor_interval`` seconds.
+        on_started: called once after :meth:`start` with ``{global rank: pid}``.
     """
 
     def __init__(
@@ -176,8 +181,12 @@ class WorkerGroup:
         timeout: float | None = None,
         grace: float = 3.0,
         attempt: int = 0,
+        stop_requested: threading.Event | None = None,
+        on_started: Callable[[dict[int, int]], None] | None = None,
     ) -> None:
         self.specs = specs
+        self.stop_requested = stop_requested
+        self.on_started = on_started
         self.on_event = on_event
         self.monitor_interval = monitor_interval
         self.timeout = timeout
@@ -202,6 +211,8 @@ class WorkerGroup:
             for handle in self.handles:
                 handle.close()
             raise
+        if self.on_started is not None:
+            self.on_started({h.spec.rank: h.pid for h in self.handles})
 
     def run(self) -> GroupOutcome:
         """Supervise until every worker has exited; always reaps and closes everything."""
@@ -220,6 +231,8 @@ class WorkerGroup:
         started = time.monotonic()
         timed_out = False
         while any(not self._finished(h) for h in self.handles):
+            if self.stop_requested is not None and self.stop_requested.is_set():
+                raise LaunchStopped()  # run() stops every worker, as for an interrupt
             waitables: list[Any] = [h.conn for h in self.handles if h.conn_open]
             waitables += [
                 h.sentinel for h in self.handles if h.exit_code is None and h.sentinel >= 0

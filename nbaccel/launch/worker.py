@@ -119,6 +119,9 @@ def run_worker(spec: WorkerSpec, forked: bool) -> int:
         code = _call(spec, channel)
         if code == 0 and dist.is_initialized():
             with contextlib.suppress(Exception):
+                # every rank has finished joining before any closes its connections: a rank
+                # that leaves first would cut a slower peer's handshake short
+                dist.barrier()
                 dist.destroy_process_group()
     except BaseException as exc:  # a failure of the worker machinery itself
         with contextlib.suppress(Exception):

@@ -1,0 +1,95 @@
+""" "Show code": the ``notebook_launcher(...)`` / ``Accelerator(...)`` call equal to the panel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .form import PanelValues, launch_options
+
+__all__ = ["FSDP_ARGUMENTS", "accelerator_options", "plugin_options", "show_code"]
+
+# fsdp_config key -> FullyShardedDataParallelPlugin argument (Accelerate's names).
+FSDP_ARGUMENTS = {
+    "fsdp_version": "fsdp_version",
+    "fsdp_sharding_strategy": "sharding_strategy",
+    "fsdp_reshard_after_forward": "reshard_after_forward",
+    "fsdp_auto_wrap_policy": "auto_wrap_policy",
+    "fsdp_transformer_layer_cls_to_wrap": "transformer_cls_names_to_wrap",
+    "fsdp_min_num_params": "min_num_params",
+    "fsdp_offload_params": "cpu_offload",
+    "fsdp_state_dict_type": "state_dict_type",
+    "fsdp_activation_checkpointing": "activation_checkpointing",
+}
+
+
+def plugin_options(values: PanelValues) -> dict[str, Any]:
+    """``FullyShardedDataParallelPlugin`` keyword arguments (empty without FSDP)."""
+    out: dict[str, Any] = {}
+    for key, value in values.fsdp_mapping().items():
+        if key == "fsdp_transformer_layer_cls_to_wrap":
+            value = [name.strip() for name in str(value).split(",") if name.strip()]
+        elif key == "fsdp_auto_wrap_policy":
+            value = str(value).lower()
+        out[FSDP_ARGUMENTS[key]] = value
+    return out
+
+
+def accelerator_options(values: PanelValues) -> dict[str, Any]:
+    """``Accelerator`` keyword arguments, the FSDP plugin aside (defaults left out)."""
+    out: dict[str, Any] = {}
+    if values.mixed_precision != "no":
+        out["mixed_precision"] = values.mixed_precision
+    if values.gradient_accumulation_steps != 1:
+        out["gradient_accumulation_steps"] = values.gradient_accumulation_steps
+    if values.device == "cpu":
+        out["cpu"] = True
+    return out
+
+
+def _call(name: str, options: dict[str, Any], indent: str, extra: str = "") -> str:
+    parts = [*([extra] if extra else []), *(f"{k}={v!r}" for k, v in options.items())]
+    one_line = f"{indent}{name}({', '.join(parts)})"
+    if len(one_line) <= 100:
+        return one_line
+    inner = "".join(f"{indent}    {part},\n" for part in parts)
+    return f"{indent}{name}(\n{inner}{indent})"
+
+
+def show_code(values: PanelValues, function_name: str = "train", args_name: str = "args") -> str:
+    """Python that launches ``function_name`` with the panel's settings.
+
+    The code defines nothing but the call sites: ``Accelerator(...)`` belongs at the top of
+    the launched function, ``notebook_launcher(...)`` in the cell.
+    """
+    plugin = plugin_options(values)
+    names = ["Accelerator", "notebook_launcher"]
+    lines = [f"from nbaccel import {', '.join(names)}"]
+    if plugin:
+        lines.append("from nbaccel.utils import FullyShardedDataParallelPlugin")
+    lines += ["", "", f"def {function_name}(*{args_name}):"]
+    accel = accelerator_options(values)
+    if plugin:
+        lines.append(
+            _call("FullyShardedDataParallelPlugin", plugin, "    ").replace(
+                "    FullyShardedDataParallelPlugin(",
+                "    fsdp_plugin = FullyShardedDataParallelPlugin(",
+                1,
+            )
+        )
+        accel["fsdp_plugin"] = _Raw("fsdp_plugin")
+    lines.append(
+        _call("Accelerator", accel, "    ").replace(
+            "    Accelerator(", "    accelerator = Accelerator(", 1
+        )
+    )
+    lines += ["    ...  # the training loop", "", ""]
+    launch = launch_options(values)
+    lines.append(_call("notebook_launcher", launch, "", extra=f"{function_name}, {args_name}"))
+    return "\n".join(lines) + "\n"
+
+
+class _Raw(str):
+    """A name written as itself, not quoted."""
+
+    def __repr__(self) -> str:
+        return str(self)

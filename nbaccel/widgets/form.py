@@ -1,0 +1,226 @@
+"""The config panel's values without widgets: validation, and conversion to and from the file."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..config import ConfigFile, FsdpConfig, ValueProblem
+from ..config.fsdp import SHARDING_STRATEGIES, STATE_DICT_TYPES, WRAP_POLICIES
+from .hardware import Hardware
+
+__all__ = ["LAUNCH_ONLY", "START_METHODS", "PanelValues", "launch_options", "validate"]
+
+START_METHODS = ("auto", "fork", "spawn")
+# Settings that are arguments of notebook_launcher / Accelerator(), not keys of the file.
+LAUNCH_ONLY = ("start_method", "gradient_accumulation_steps", "max_restarts")
+
+
+@dataclasses.dataclass
+class PanelValues:
+    """Every field of the config panel, as plain values (``num_processes`` is per machine)."""
+
+    device: str = "cpu"
+    num_processes: int = 1
+    num_machines: int = 1
+    machine_rank: int = 0
+    main_process_ip: str = ""
+    main_process_port: int = 0  # 0: a free port (one machine only)
+    mixed_precision: str = "no"
+    start_method: str = "auto"
+    gradient_accumulation_steps: int = 1
+    max_restarts: int = 0
+    use_fsdp: bool = False
+    fsdp_version: int = 2
+    fsdp_sharding_strategy: str = "FULL_SHARD"
+    fsdp_reshard_after_forward: bool = True
+    fsdp_auto_wrap_policy: str = "TRANSFORMER_BASED_WRAP"
+    fsdp_transformer_layer_cls_to_wrap: str = ""
+    fsdp_min_num_params: int = 100_000_000
+    fsdp_offload_params: bool = False
+    fsdp_state_dict_type: str = "SHARDED_STATE_DICT"
+    fsdp_activation_checkpointing: bool = False
+
+    def fsdp_mapping(self) -> dict[str, Any]:
+        """The ``fsdp_config`` mapping these values stand for (empty without FSDP)."""
+        if not self.use_fsdp:
+            return {}
+        out: dict[str, Any] = {"fsdp_version": self.fsdp_version}
+        if self.fsdp_version == 1:
+            out["fsdp_sharding_strategy"] = self.fsdp_sharding_strategy
+        else:
+            out["fsdp_reshard_after_forward"] = self.fsdp_reshard_after_forward
+        out["fsdp_auto_wrap_policy"] = self.fsdp_auto_wrap_policy
+        if self.fsdp_auto_wrap_policy == "TRANSFORMER_BASED_WRAP":
+            out["fsdp_transformer_layer_cls_to_wrap"] = self.fsdp_transformer_layer_cls_to_wrap
+        elif self.fsdp_auto_wrap_policy == "SIZE_BASED_WRAP":
+            out["fsdp_min_num_params"] = self.fsdp_min_num_params
+        out["fsdp_offload_params"] = self.fsdp_offload_params
+        out["fsdp_state_dict_type"] = self.fsdp_state_dict_type
+        out["fsdp_activation_checkpointing"] = self.fsdp_activation_checkpointing
+        return out
+
+    def distributed_type(self) -> str:
+        """``distributed_type`` as the file writes it."""
+        if self.device == "tpu":
+            return "XLA"
+        if self.use_fsdp:
+            return "FSDP"
+        if self.num_processes * self.num_machines == 1:
+            return "NO"
+        return "MULTI_GPU" if self.device == "gpu" else "MULTI_CPU"
+
+    def to_config(self) -> ConfigFile:
+        """The config file these values stand for.
+
+        Raises:
+            ValueProblem: naming the key whose value is wrong (see :func:`validate` first).
+        """
+        return ConfigFile(
+            distributed_type=self.distributed_type(),
+            mixed_precision=self.mixed_precision,
+            use_cpu=self.device == "cpu",
+            num_processes=self.num_processes * self.num_machines,
+            num_machines=self.num_machines,
+            machine_rank=self.machine_rank,
+            main_process_ip=self.main_process_ip.strip() or None,
+            main_process_port=self.main_process_port or None,
+            gpu_ids="all" if self.device == "gpu" else None,
+            fsdp_config=FsdpConfig(self.fsdp_mapping()),
+        )
+
+    @classmethod
+    def from_config(cls, config: ConfigFile, hardware: Hardware, **launch: Any) -> PanelValues:
+        """The panel's values for ``config`` (plus launch-only settings from ``launch``)."""
+        if config.distributed_type == "XLA":
+            device = "tpu"
+        elif not config.use_cpu and hardware.gpus and config.distributed_type != "MULTI_CPU":
+            device = "gpu"
+        else:
+            device = "cpu"
+        values = cls(
+            device=device,
+            num_processes=config.processes_per_machine or 1,
+            num_machines=config.num_machines,
+            machine_rank=config.machine_rank,
+            main_process_ip=config.main_process_ip or "",
+            main_process_port=config.main_process_port or 0,
+            mixed_precision=config.mixed_precision,
+            **{k: v for k, v in launch.items() if k in LAUNCH_ONLY},
+        )
+        fsdp = dict(config.fsdp_config.values)
+        if config.distributed_type == "FSDP" or fsdp:
+            values.use_fsdp = True
+            names = {f.name for f in dataclasses.fields(cls)}
+            for key, value in fsdp.items():
+                if key == "fsdp_reshard_after_forward" and isinstance(value, str):
+                    values.fsdp_sharding_strategy = value  # version 1 spelling
+                elif key == "fsdp_transformer_layer_cls_to_wrap":
+                    values.fsdp_transformer_layer_cls_to_wrap = str(value)
+                elif key in names:
+                    setattr(values, key, value)
+            if "fsdp_version" not in fsdp:
+                values.fsdp_version = 1
+        return values
+
+
+def _machine_problems(v: PanelValues) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if v.num_machines < 1:
+        out["num_machines"] = "at least 1 machine"
+    elif not 0 <= v.machine_rank < v.num_machines:
+        out["machine_rank"] = (
+            f"must be between 0 and {v.num_machines - 1} with {v.num_machines} machine(s)"
+        )
+    if v.num_machines > 1:
+        if not v.main_process_ip.strip():
+            out["main_process_ip"] = "give the address of machine 0 when several machines run"
+        if not v.main_process_port:
+            out["main_process_port"] = "give a port: every machine must use the same one"
+    if v.main_process_port and not 1 <= v.main_process_port <= 65535:
+        out["main_process_port"] = "a port is between 1 and 65535 (0: a free port)"
+    return out
+
+
+def _fsdp_problems(v: PanelValues, hardware: Hardware) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if not v.use_fsdp:
+        return out
+    if v.device == "tpu":
+        out["use_fsdp"] = "FSDP here runs on CPUs or GPUs; on a TPU use the XLA path"
+    elif v.num_processes * v.num_machines < 2:
+        out["use_fsdp"] = "FSDP shards over processes: use 2 or more processes"
+    if v.fsdp_version == 1 and v.fsdp_sharding_strategy not in SHARDING_STRATEGIES:
+        out["fsdp_sharding_strategy"] = f"one of {', '.join(SHARDING_STRATEGIES)}"
+    if v.fsdp_auto_wrap_policy not in WRAP_POLICIES:
+        out["fsdp_auto_wrap_policy"] = f"one of {', '.join(WRAP_POLICIES)}"
+    policy = v.fsdp_auto_wrap_policy
+    if policy == "TRANSFORMER_BASED_WRAP" and not v.fsdp_transformer_layer_cls_to_wrap.strip():
+        out["fsdp_transformer_layer_cls_to_wrap"] = (
+            "give at least one layer class name, e.g. BertLayer (or pick another wrap policy)"
+        )
+    if policy == "SIZE_BASED_WRAP" and v.fsdp_min_num_params < 1:
+        out["fsdp_min_num_params"] = "give the minimum number of parameters of a wrapped module"
+    if v.fsdp_offload_params and v.device != "gpu":
+        out["fsdp_offload_params"] = "CPU offload moves parameters off a GPU: it needs a GPU"
+    if v.fsdp_version == 2 and v.fsdp_state_dict_type == "LOCAL_STATE_DICT":
+        out["fsdp_state_dict_type"] = "FSDP 2 saves FULL_STATE_DICT or SHARDED_STATE_DICT"
+    elif v.fsdp_state_dict_type not in STATE_DICT_TYPES:
+        out["fsdp_state_dict_type"] = f"one of {', '.join(STATE_DICT_TYPES)}"
+    return out
+
+
+def validate(values: PanelValues, hardware: Hardware) -> dict[str, str]:
+    """Every problem with ``values`` on ``hardware``: field name -> message (empty: valid)."""
+    v = values
+    out: dict[str, str] = {}
+    if v.device not in hardware.kinds:
+        out["device"] = f"this machine has no {v.device.upper()}; use {', '.join(hardware.kinds)}"
+    limit = hardware.max_processes(v.device)
+    if v.num_processes < 1:
+        out["num_processes"] = "at least 1 process"
+    elif v.device in hardware.kinds and v.num_processes > limit:
+        out["num_processes"] = f"at most {limit}: this machine has {hardware.limit_text(v.device)}"
+    allowed = hardware.precisions(v.device)
+    if v.mixed_precision not in allowed:
+        out["mixed_precision"] = (
+            f"{v.mixed_precision} is not supported on {v.device.upper()} here; "
+            f"use {', '.join(allowed)}"
+        )
+    if v.start_method not in START_METHODS:
+        out["start_method"] = f"one of {', '.join(START_METHODS)}"
+    if v.gradient_accumulation_steps < 1:
+        out["gradient_accumulation_steps"] = "at least 1 (1: no accumulation)"
+    if v.max_restarts < 0:
+        out["max_restarts"] = "0 or more"
+    out.update(_machine_problems(v))
+    out.update(_fsdp_problems(v, hardware))
+    if not out:
+        try:
+            v.to_config()
+        except ValueProblem as problem:
+            key = (problem.key or "device").split(".")[-1]
+            out[key if hasattr(v, key) else "device"] = problem.problem
+    return out
+
+
+def launch_options(values: PanelValues) -> dict[str, Any]:
+    """``notebook_launcher`` keyword arguments for ``values`` (defaults left out)."""
+    v = values
+    out: dict[str, Any] = {"num_processes": v.num_processes}
+    if v.mixed_precision != "no":
+        out["mixed_precision"] = v.mixed_precision
+    if v.num_machines > 1:
+        out["num_nodes"] = v.num_machines
+        out["node_rank"] = v.machine_rank
+    if v.main_process_ip.strip():
+        out["master_addr"] = v.main_process_ip.strip()
+    if v.main_process_port:
+        out["use_port"] = v.main_process_port
+    if v.max_restarts:
+        out["max_restarts"] = v.max_restarts
+    if v.start_method != "auto":
+        out["start_method"] = v.start_method
+    if v.device == "cpu":
+        out["cpu"] = True
+    return out

@@ -1,0 +1,365 @@
+"""ConfigPanel: a form over the config file, with Save, Load, Show code and Launch."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as widgets
+import traitlets
+
+from ..config import (
+    ConfigError,
+    ConfigFile,
+    config_location,
+    load_config_file,
+    save_config_file,
+    write_location,
+)
+from ..config.fsdp import SHARDING_STRATEGIES, STATE_DICT_TYPES, WRAP_POLICIES
+from .codegen import show_code
+from .dashboard import LaunchDashboard
+from .form import START_METHODS, PanelValues, launch_options, validate
+from .hardware import Hardware
+
+__all__ = ["ConfigPanel"]
+
+_KIND_LABELS = {"cpu": "CPU", "gpu": "GPUs", "tpu": "TPU"}
+_SECTIONS: dict[str, tuple[tuple[str, str], ...]] = {
+    "Processes": (
+        ("num_processes", "Processes"),
+        ("mixed_precision", "Mixed precision"),
+        ("start_method", "Start method"),
+        ("gradient_accumulation_steps", "Grad. accumulation"),
+        ("max_restarts", "Restarts"),
+    ),
+    "Machines": (
+        ("num_machines", "Machines"),
+        ("machine_rank", "Machine rank"),
+        ("main_process_ip", "Main address"),
+        ("main_process_port", "Main port (0: free)"),
+    ),
+    "FSDP": (
+        ("use_fsdp", "Use FSDP"),
+        ("fsdp_version", "Version"),
+        ("fsdp_sharding_strategy", "Sharding strategy"),
+        ("fsdp_reshard_after_forward", "Reshard after fwd"),
+        ("fsdp_auto_wrap_policy", "Wrap policy"),
+        ("fsdp_transformer_layer_cls_to_wrap", "Layer classes"),
+        ("fsdp_min_num_params", "Min. parameters"),
+        ("fsdp_offload_params", "CPU offload"),
+        ("fsdp_state_dict_type", "State dict type"),
+        ("fsdp_activation_checkpointing", "Act. checkpointing"),
+    ),
+}
+_FIELDS = ("device", *(name for rows in _SECTIONS.values() for name, _ in rows))
+_LABEL = {"layout": {"width": "150px"}}
+
+
+def _control(name: str, label: str, hardware: Hardware) -> widgets.Widget:
+    style = {"description_width": "150px"}
+    if name == "device":
+        options = [(_KIND_LABELS[k], k) for k in hardware.kinds]
+        return widgets.ToggleButtons(options=options, description="Hardware", style=style)
+    kind = {f.name: f.type for f in dataclasses.fields(PanelValues)}[name]
+    choices = {
+        "mixed_precision": hardware.precisions("cpu"),
+        "start_method": START_METHODS,
+        "fsdp_version": (1, 2),
+        "fsdp_sharding_strategy": SHARDING_STRATEGIES,
+        "fsdp_auto_wrap_policy": WRAP_POLICIES,
+        "fsdp_state_dict_type": STATE_DICT_TYPES,
+    }
+    if name in choices:
+        return widgets.Dropdown(options=list(choices[name]), description=label, style=style)
+    if kind == "bool":
+        return widgets.Checkbox(description=label, indent=True, style=style)
+    if kind == "int":
+        return widgets.IntText(description=label, style=style, layout={"width": "280px"})
+    return widgets.Text(description=label, style=style, layout={"width": "420px"})
+
+
+class ConfigPanel(widgets.VBox):
+    """A form over the nbaccel / Accelerate config file; display it in a notebook cell.
+
+    Invalid combinations are shown next to their field as they are made (:attr:`errors`),
+    never raised. :attr:`config` is the :class:`~nbaccel.config.ConfigFile` that ``nbaccel
+    launch`` and ``Accelerator()`` read once :meth:`save` wrote it.
+
+    Args:
+        function: when given, a Launch button runs it with ``notebook_launcher`` and a live
+            dashboard.
+        args: its positional arguments.
+        kwargs: its keyword arguments.
+        hardware: what the machine has (default: detected, CUDA stays uninitialised).
+        path: the config file for Save and Load (default: the file the CLI uses).
+    """
+
+    device = traitlets.Unicode("cpu")
+    num_processes = traitlets.Int(1)
+    mixed_precision = traitlets.Unicode("no")
+    start_method = traitlets.Unicode("auto")
+    gradient_accumulation_steps = traitlets.Int(1)
+    max_restarts = traitlets.Int(0)
+    num_machines = traitlets.Int(1)
+    machine_rank = traitlets.Int(0)
+    main_process_ip = traitlets.Unicode("")
+    main_process_port = traitlets.Int(0)
+    use_fsdp = traitlets.Bool(False)
+    fsdp_version = traitlets.Int(2)
+    fsdp_sharding_strategy = traitlets.Unicode("FULL_SHARD")
+    fsdp_reshard_after_forward = traitlets.Bool(True)
+    fsdp_auto_wrap_policy = traitlets.Unicode("TRANSFORMER_BASED_WRAP")
+    fsdp_transformer_layer_cls_to_wrap = traitlets.Unicode("")
+    fsdp_min_num_params = traitlets.Int(100_000_000)
+    fsdp_offload_params = traitlets.Bool(False)
+    fsdp_state_dict_type = traitlets.Unicode("SHARDED_STATE_DICT")
+    fsdp_activation_checkpointing = traitlets.Bool(False)
+    errors = traitlets.Dict(help="field name -> what is wrong with it (empty: valid)")
+    code = traitlets.Unicode("", help='the last "Show code" output')
+
+    def __init__(
+        self,
+        function: Callable[..., Any] | None = None,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        hardware: Hardware | None = None,
+        path: str | Path | None = None,
+    ) -> None:
+        self.hardware = hardware or Hardware.detect()
+        self.function, self.args, self.kwargs = function, tuple(args), dict(kwargs or {})
+        self.results: list[Any] | None = None
+        self.error: BaseException | None = None
+        self.dashboard: LaunchDashboard | None = None
+        self._thread: threading.Thread | None = None
+        self._syncing = False
+        self.controls = {
+            name: _control(name, label, self.hardware)
+            for name, label in [
+                ("device", "Hardware"),
+                *(r for rows in _SECTIONS.values() for r in rows),
+            ]
+        }
+        self.messages = {name: widgets.HTML("") for name in _FIELDS}
+        self.path_text = widgets.Text(
+            value=str(path or write_location()),
+            description="Config file",
+            layout={"width": "560px"},
+            style={"description_width": "150px"},
+        )
+        self.status_text = widgets.HTML("")
+        self.code_view = widgets.HTML("")
+        self.buttons = {n: widgets.Button(description=n) for n in ("Save", "Load", "Show code")}
+        self.buttons["Save"].on_click(lambda _b: self._try(self.save))
+        self.buttons["Load"].on_click(lambda _b: self._try(self.load))
+        self.buttons["Show code"].on_click(lambda _b: self.show_code())
+        if function is not None:
+            self.buttons["Launch"] = widgets.Button(description="Launch", button_style="success")
+            self.buttons["Launch"].on_click(lambda _b: self.launch())
+        self._base_children = tuple(self._layout())
+        super().__init__(children=self._base_children)
+        for name, control in self.controls.items():
+            control.value = getattr(self, name)
+            control.observe(lambda change, name=name: self._from_control(name, change), "value")
+        self.values = PanelValues(
+            device="gpu" if self.hardware.gpus else "cpu",
+            num_processes=max(1, min(2, self.hardware.max_processes("cpu"))),
+        )
+
+    # -- values --------------------------------------------------------------------------------
+    @property
+    def values(self) -> PanelValues:
+        """Every field, as plain values."""
+        return PanelValues(**{name: getattr(self, name) for name in _FIELDS})
+
+    @values.setter
+    def values(self, new: PanelValues) -> None:
+        self._precision_options(new.device, new.mixed_precision)
+        with self.hold_trait_notifications():
+            for name in _FIELDS:
+                setattr(self, name, getattr(new, name))
+        self._update()
+
+    @property
+    def config(self) -> ConfigFile:
+        """The config file the panel stands for (raises ``ConfigError`` while it is invalid)."""
+        if self.errors:
+            problems = "; ".join(f"{k}: {v}" for k, v in self.errors.items())
+            raise ConfigError(f"the panel's settings are not valid: {problems}")
+        return self.values.to_config()
+
+    @property
+    def launch_options(self) -> dict[str, Any]:
+        """``notebook_launcher`` keyword arguments for the panel's settings."""
+        return launch_options(self.values)
+
+    @traitlets.observe(*_FIELDS)
+    def _field_changed(self, change: dict[str, Any]) -> None:
+        name, value = change["name"], change["new"]
+        if name == "device":
+            self._precision_options(value, self.mixed_precision)
+        control = self.controls[name]
+        if isinstance(control, widgets.widget_selection._Selection):
+            options = list(control.options)
+            values = [o[1] if isinstance(o, tuple) else o for o in options]
+            if value not in values:  # an unsupported value is shown, with its message
+                extra = (str(value).upper(), value) if name == "device" else value
+                self._set_options(control, [*options, extra], value)
+        if control.value != value:
+            control.value = value
+        self._update()
+
+    def _from_control(self, name: str, change: dict[str, Any]) -> None:
+        if not self._syncing:
+            setattr(self, name, change["new"])
+
+    def _set_options(self, control: Any, options: list[Any], value: Any) -> None:
+        """Change a drop-down's options without its interim values reaching the panel."""
+        self._syncing = True
+        try:
+            control.options = options
+            control.value = value
+        finally:
+            self._syncing = False
+
+    def _precision_options(self, device: str, current: str) -> None:
+        allowed = list(self.hardware.precisions(device))
+        control = self.controls["mixed_precision"]
+        options = allowed + ([current] if current not in allowed else [])
+        if list(control.options) != options:
+            self._set_options(control, options, current)
+
+    def _update(self) -> None:
+        values = self.values
+        self.errors = validate(values, self.hardware)
+        for name, label in self.messages.items():
+            text = self.errors.get(name, "")
+            label.value = (
+                f"<span style='color:#c62828'>&#9888; {html.escape(text)}</span>" if text else ""
+            )
+        shown = {
+            "fsdp_sharding_strategy": values.fsdp_version == 1,
+            "fsdp_reshard_after_forward": values.fsdp_version == 2,
+            "fsdp_transformer_layer_cls_to_wrap": values.fsdp_auto_wrap_policy
+            == "TRANSFORMER_BASED_WRAP",
+            "fsdp_min_num_params": values.fsdp_auto_wrap_policy == "SIZE_BASED_WRAP",
+            "fsdp_offload_params": values.device == "gpu" or values.fsdp_offload_params,
+        }
+        for name, _ in _SECTIONS["FSDP"][1:]:
+            visible = values.use_fsdp and shown.get(name, True)
+            self.rows[name].layout.display = None if visible else "none"
+        if "Launch" in self.buttons:
+            busy = self._thread is not None and self._thread.is_alive()
+            self.buttons["Launch"].disabled = bool(self.errors) or busy
+
+    # -- layout --------------------------------------------------------------------------------
+    def _layout(self) -> list[widgets.Widget]:
+        self.rows = {n: widgets.HBox([self.controls[n], self.messages[n]]) for n in _FIELDS}
+        parts: list[widgets.Widget] = [
+            widgets.HTML("<h3 style='margin:4px 0'>nbaccel config</h3>"),
+            widgets.HTML(f"<b>Hardware found</b>: {html.escape(self.hardware.description)}"),
+            self.rows["device"],
+        ]
+        for title, rows in _SECTIONS.items():
+            parts.append(widgets.HTML(f"<b>{title}</b>"))
+            parts += [self.rows[name] for name, _ in rows]
+        parts += [self.path_text, widgets.HBox(list(self.buttons.values())), self.status_text]
+        parts.append(self.code_view)
+        return parts
+
+    # -- actions -------------------------------------------------------------------------------
+    def _try(self, action: Callable[[], Any]) -> None:
+        try:
+            action()
+        except (ConfigError, ValueError, OSError) as exc:
+            self._status(str(exc), error=True)
+
+    def _status(self, text: str, error: bool = False) -> None:
+        colour = "#c62828" if error else "#2e7d32"
+        self.status_text.value = f"<span style='color:{colour}'>{html.escape(text)}</span>"
+
+    def save(self, path: str | Path | None = None) -> Path:
+        """Write :attr:`config` to ``path`` (default: the file the CLI writes) and return it.
+
+        Raises:
+            ConfigError: the settings are not valid (the messages say why).
+        """
+        target = Path(path) if path is not None else Path(self.path_text.value or write_location())
+        written = save_config_file(self.config, target)
+        self._status(f"Saved {written}")
+        return written
+
+    def load(self, path: str | Path | None = None) -> ConfigFile:
+        """Read ``path`` (default: the file in force for the CLI) into the panel.
+
+        Raises:
+            ConfigError: the file is missing or invalid.
+        """
+        if path is None and self.path_text.value:
+            path = self.path_text.value
+        if path is None:
+            path, _ = config_location()
+        if path is None:
+            raise ConfigError("no config file to load: save one first, or give a path")
+        loaded = load_config_file(path, report=None)
+        launch = {name: getattr(self, name) for name in ("start_method", "max_restarts")}
+        launch["gradient_accumulation_steps"] = self.gradient_accumulation_steps
+        self.values = PanelValues.from_config(loaded.config, self.hardware, **launch)
+        self._status(f"Loaded {loaded.path}")
+        return loaded.config
+
+    def show_code(self) -> str:
+        """The ``notebook_launcher(...)`` / ``Accelerator(...)`` code for these settings."""
+        name = getattr(self.function, "__name__", "train")
+        name = name if name.isidentifier() else "train"
+        self.code = show_code(self.values, function_name=name)
+        self.code_view.value = f"<pre>{html.escape(self.code)}</pre>"
+        return self.code
+
+    def launch(self, block: bool = False) -> LaunchDashboard:
+        """Run the function on the panel's settings with a live dashboard under the panel.
+
+        The launch runs in a background thread, so the kernel stays free for the Stop
+        button; :meth:`wait` returns the results (or raises the launch's error).
+        """
+        if self.function is None:
+            raise ValueError("ConfigPanel(function=...) was not given a function to launch")
+        if self.errors:
+            self._status("fix the settings marked above first", error=True)
+            raise ValueError(f"invalid settings: {self.errors}")
+        from ..launch.notebook import notebook_launcher
+
+        board = LaunchDashboard()
+        self.dashboard, self.results, self.error = board, None, None
+        self.set_trait("children", (*self._base_children, board))
+        options = dict(self.launch_options, dashboard=board, kwargs=self.kwargs)
+        function, args = self.function, self.args
+
+        def run() -> None:
+            try:
+                self.results = notebook_launcher(function, args, **options)
+            except BaseException as exc:  # shown by the dashboard; kept for wait()
+                self.error = exc
+            finally:
+                self._update()
+
+        self._thread = threading.Thread(target=run, name="nbaccel-panel-launch", daemon=True)
+        self._thread.start()
+        self._update()
+        if block:
+            self.wait()
+        return board
+
+    def wait(self, timeout: float | None = None) -> list[Any] | None:
+        """Wait for the launch started by :meth:`launch`; its results, or its error raised."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise TimeoutError(f"the launch is still running after {timeout} s")
+        if self.error is not None:
+            raise self.error
+        return self.results

@@ -1,0 +1,163 @@
+"""ConfigPanel without a front end: values, validation next to fields, buttons, file round trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nbaccel.config import load_config_file, resolve_launch
+from nbaccel.config.resolve import configured_precision
+from nbaccel.widgets import ConfigPanel, Hardware, PanelValues
+
+CPU2 = Hardware(cpu_cores=2, description="CPU (test, 2 cores)")
+GPU4 = Hardware(cpu_cores=8, gpus=4, description="CPU; 4 CUDA GPUs (H100)", gpu_model="H100")
+
+
+def test_defaults_follow_the_hardware_and_are_valid(tmp_path: Path) -> None:
+    panel = ConfigPanel(hardware=CPU2, path=tmp_path / "c.yaml")
+    assert panel.device == "cpu" and panel.num_processes == 2 and panel.errors == {}
+    assert list(panel.controls["device"].options) == [("CPU", "cpu")]
+    assert list(panel.controls["mixed_precision"].options) == ["no", "bf16"]
+    gpu = ConfigPanel(hardware=GPU4, path=tmp_path / "g.yaml")
+    assert gpu.device == "gpu"
+    assert list(gpu.controls["mixed_precision"].options) == ["no", "fp16", "bf16", "fp8"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "words"),
+    [
+        ({"num_processes": 3}, "num_processes", "at most 2: this machine has 2 CPU cores"),
+        ({"num_processes": 0}, "num_processes", "at least 1"),
+        ({"mixed_precision": "fp16"}, "mixed_precision", "not supported on CPU"),
+        ({"device": "gpu"}, "device", "no GPU"),
+        ({"num_machines": 2}, "main_process_ip", "address of machine 0"),
+        ({"num_machines": 2, "machine_rank": 2}, "machine_rank", "between 0 and 1"),
+        ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps", "at least 1"),
+        ({"max_restarts": -1}, "max_restarts", "0 or more"),
+        ({"use_fsdp": True}, "fsdp_transformer_layer_cls_to_wrap", "layer class name"),
+        (
+            {
+                "use_fsdp": True,
+                "fsdp_auto_wrap_policy": "SIZE_BASED_WRAP",
+                "fsdp_min_num_params": 0,
+            },
+            "fsdp_min_num_params",
+            "minimum number",
+        ),
+        ({"use_fsdp": True, "fsdp_offload_params": True}, "fsdp_offload_params", "needs a GPU"),
+        (
+            {"use_fsdp": True, "fsdp_state_dict_type": "LOCAL_STATE_DICT"},
+            "fsdp_state_dict_type",
+            "FSDP 2",
+        ),
+        ({"use_fsdp": True, "num_processes": 1}, "use_fsdp", "2 or more processes"),
+    ],
+)
+def test_an_invalid_value_shows_its_message_next_to_the_field(
+    tmp_path: Path, changes: dict[str, object], field: str, words: str
+) -> None:
+    panel = ConfigPanel(hardware=CPU2, path=tmp_path / "c.yaml", function=print)
+    for name, value in changes.items():
+        setattr(panel, name, value)  # never raises
+    assert words in panel.errors[field]
+    assert words in panel.messages[field].value  # the label next to the field
+    assert panel.buttons["Launch"].disabled
+    with pytest.raises(ValueError, match="not valid"):
+        _ = panel.config
+
+
+def test_editing_the_control_updates_the_panel_and_clears_the_message(tmp_path: Path) -> None:
+    panel = ConfigPanel(hardware=CPU2, path=tmp_path / "c.yaml")
+    panel.controls["num_processes"].value = 5  # as the front end does
+    assert panel.num_processes == 5 and "num_processes" in panel.errors
+    panel.controls["num_processes"].value = 2
+    assert panel.errors == {} and panel.messages["num_processes"].value == ""
+
+
+def test_fsdp_fields_show_only_what_applies(tmp_path: Path) -> None:
+    panel = ConfigPanel(hardware=GPU4, path=tmp_path / "c.yaml")
+    display = lambda name: panel.rows[name].layout.display  # noqa: E731
+    assert display("fsdp_version") == "none"
+    panel.use_fsdp = True
+    assert display("fsdp_reshard_after_forward") is None
+    assert display("fsdp_sharding_strategy") == "none"
+    assert display("fsdp_offload_params") is None  # a GPU: offload is offered
+    panel.fsdp_version = 1
+    assert display("fsdp_sharding_strategy") is None
+    panel.fsdp_auto_wrap_policy = "SIZE_BASED_WRAP"
+    assert display("fsdp_min_num_params") is None
+    assert display("fsdp_transformer_layer_cls_to_wrap") == "none"
+    cpu = ConfigPanel(hardware=CPU2, path=tmp_path / "d.yaml")
+    cpu.use_fsdp = True
+    assert cpu.rows["fsdp_offload_params"].layout.display == "none"  # no GPU: no offload
+
+
+def test_save_and_load_round_trip_through_the_file_the_cli_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "default_config.yaml"
+    monkeypatch.setenv("NBACCEL_CONFIG_FILE", str(path))
+    panel = ConfigPanel(hardware=GPU4)
+    assert panel.path_text.value == str(path)  # the CLI's write location
+    panel.values = PanelValues(
+        device="gpu",
+        num_processes=4,
+        num_machines=2,
+        machine_rank=1,
+        main_process_ip="10.0.0.1",
+        main_process_port=29500,
+        mixed_precision="bf16",
+        use_fsdp=True,
+        fsdp_version=1,
+        fsdp_sharding_strategy="HYBRID_SHARD",
+        fsdp_auto_wrap_policy="SIZE_BASED_WRAP",
+        fsdp_min_num_params=2000,
+        fsdp_offload_params=True,
+        fsdp_state_dict_type="FULL_STATE_DICT",
+        fsdp_activation_checkpointing=True,
+    )
+    assert panel.errors == {}
+    panel.buttons["Save"].click()
+    assert "Saved" in panel.status_text.value
+    loaded = load_config_file(path)
+    assert loaded.config == panel.config
+    assert loaded.config.distributed_type == "FSDP" and loaded.config.num_processes == 8
+    assert loaded.config.fsdp_config.values["fsdp_sharding_strategy"] == "HYBRID_SHARD"
+    assert configured_precision() == "bf16"  # what Accelerator() falls back on
+    resolved = resolve_launch({"num_processes": None}, loaded)
+    assert resolved.processes_per_machine == 4 and resolved.config.machine_rank == 1
+    other = ConfigPanel(hardware=GPU4)
+    other.buttons["Load"].click()
+    assert "Loaded" in other.status_text.value
+    assert other.values == panel.values and other.config == panel.config
+
+
+def test_load_of_a_missing_file_shows_a_message(tmp_path: Path) -> None:
+    panel = ConfigPanel(hardware=CPU2, path=tmp_path / "missing.yaml")
+    panel.buttons["Load"].click()
+    assert "no such config file" in panel.status_text.value
+
+
+def test_launch_button_runs_the_function_on_the_panel_settings(tmp_path: Path) -> None:
+    panel = ConfigPanel(function=lambda x: x * 2, args=(21,), hardware=CPU2, path=tmp_path / "c")
+    panel.num_processes = 1
+    panel.buttons["Launch"].click()
+    assert panel.wait(60) == [42]
+    assert panel.dashboard is not None and panel.dashboard.status == "finished"
+    assert panel.children[-1] is panel.dashboard
+    assert "Launch" not in ConfigPanel(hardware=CPU2, path=tmp_path / "c").buttons
+
+
+def test_without_ipywidgets_or_outside_a_notebook_the_dashboard_is_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    import nbaccel.environment as environment
+    from nbaccel.widgets import TextDashboard, launch_dashboard
+
+    assert isinstance(launch_dashboard(), TextDashboard)  # pytest is not a notebook
+    monkeypatch.setattr(environment, "in_notebook", lambda: True)
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)  # import ipywidgets fails
+    assert isinstance(launch_dashboard(), TextDashboard)
