@@ -32,7 +32,7 @@ tier() {  # tier NAME BUDGET_SECONDS PATH...
 
 tier unit 300 tests/unit
 tier multiprocess 600 tests/multiprocess
-tier notebook 420 tests/notebook
+tier notebook 600 tests/notebook
 tier faults 300 tests/faults
 tier browser 240 tests/browser
 if compgen -G "tests/gpu/test_*.py" > /dev/null; then

@@ -196,6 +196,7 @@ class WorkerGroup:
         self.fates = {s.rank: RankFate(s.rank, s.local_rank) for s in specs}
         self.results: dict[int, bytes] = {}
         self._stop_at: float | None = None
+        self._killed = False  # the launcher has sent SIGKILL
 
     def start(self) -> None:
         """Start every worker."""
@@ -252,6 +253,7 @@ class WorkerGroup:
                         fate.state, fate.when = "timed out", time.time()
                 self._begin_stop(now)
             if self._stop_at is not None and now - self._stop_at > self.grace:
+                self._killed = True
                 for handle in self.handles:
                     handle.send_signal(signal.SIGKILL)
         return timed_out
@@ -303,14 +305,21 @@ class WorkerGroup:
         fate.exit_code = handle.exit_code
         if fate.state not in ("running", "timed out"):
             return
-        if self._stop_at is not None:
+        code = handle.exit_code or 0
+        if self._stopped_by_us(code):
             fate.state = "stopped" if fate.state == "running" else fate.state
             self._announce(fate, "stopped")
             return
-        code = handle.exit_code or 0
         fate.state = "signalled" if code < 0 else "exited"
         fate.when = time.time()
         self._announce(fate, "failed")
+
+    def _stopped_by_us(self, code: int) -> bool:
+        """True when an exit code is what the launcher's own stop signals produce; an exit of
+        the rank's own making (``os._exit(3)``, a crash) stays the rank's failure."""
+        if self._stop_at is None:
+            return False
+        return code == -int(signal.SIGTERM) or (code == -int(signal.SIGKILL) and self._killed)
 
     def _begin_stop(self, now: float) -> None:
         self._stop_at = now

@@ -51,7 +51,7 @@ def test_a_bad_value_for_config_is_refused_naming_the_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("NBACCEL_CONFIG_FILE", str(tmp_path / "c.yaml"))
-    assert main(["config", "--mixed_precision", "bf61"]) == 1
+    assert main(["config", "--mixed_precision", "bf61"]) == 2  # a bad value is a usage error
     assert "key 'mixed_precision'" in capsys.readouterr().err
     assert not (tmp_path / "c.yaml").exists()
 

@@ -1,0 +1,213 @@
+"""Every notebook in notebooks/ runs top to bottom in a real Jupyter kernel, checked."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import re
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("sklearn")
+
+from kernel_helpers import kernel_env, strip_ansi  # noqa: E402
+
+from nbaccel.examples import quickstart  # noqa: E402
+
+pytestmark = pytest.mark.notebook
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+# Notebooks this file checks in detail; any other notebook is still run to the end without error.
+CHECKED = {
+    "01_quickstart.ipynb",
+    "02_precision_and_accumulation.ipynb",
+    "03_checkpoint_and_resume.ipynb",
+    "05_multi_node.ipynb",
+    "06_colab_kaggle.ipynb",
+}
+_CELL_TIMEOUT = 240
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _read(name: str) -> Any:
+    return nbformat.read(NOTEBOOKS / name, as_version=4)
+
+
+def _with_parameters(notebook: Any, **values: Any) -> Any:
+    """Append ``NAME = value`` lines to the cell tagged ``parameters`` (as papermill does)."""
+    cells = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(cells) == 1, "the notebook needs exactly one cell tagged 'parameters'"
+    overrides = "".join(f"\n{name} = {value!r}" for name, value in values.items())
+    cells[0].source += "\n# set by the test" + overrides
+    return notebook
+
+
+def _client(notebook: Any) -> Any:
+    return nbclient.NotebookClient(
+        notebook,
+        timeout=_CELL_TIMEOUT,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+    )
+
+
+def _text(notebook: Any) -> str:
+    """Everything the executed notebook's cells printed (stdout, stderr, results), in order."""
+    parts = []
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                parts.append(output["text"])
+            elif output.get("output_type") in ("execute_result", "display_data"):
+                parts.append(str(output.get("data", {}).get("text/plain", "")) + "\n")
+            elif output.get("output_type") == "error":
+                parts.append("\n".join(output.get("traceback", [])))
+    return strip_ansi("".join(parts))
+
+
+def _execute(notebook: Any) -> str:
+    _client(notebook).execute(env=kernel_env())
+    return _text(notebook)
+
+
+def _python(source: str) -> str:
+    """A cell's source as plain Python (IPython's ``%magic`` lines become calls)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return str(TransformerManager().transform_cell(source))
+
+
+def _number(pattern: str, text: str) -> float:
+    match = re.search(pattern, text)
+    assert match, f"{pattern!r} not found in the notebook's output:\n{text[-4000:]}"
+    return float(match.group(1))
+
+
+# -- static checks ---------------------------------------------------------------------------
+
+
+def test_every_notebook_is_stored_with_outputs_cleared() -> None:
+    names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+    assert set(names) >= CHECKED, f"missing notebooks: {sorted(CHECKED - set(names))}"
+    for name in names:
+        notebook = _read(name)
+        nbformat.validate(notebook)
+        for cell in notebook.cells:
+            if cell.cell_type == "code":
+                assert cell.outputs == [], f"{name}: a cell has stored outputs"
+                assert cell.execution_count is None, f"{name}: a cell has an execution count"
+
+
+def test_quickstart_notebook_trains_with_exactly_the_demo_function() -> None:
+    """The notebook's `train` is `nbaccel.examples.quickstart.train`, which `nbaccel demo` runs."""
+    notebook = _read("01_quickstart.ipynb")
+    defined = [
+        node
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for node in ast.parse(_python(cell.source)).body
+        if isinstance(node, ast.FunctionDef) and node.name == "train"
+    ]
+    assert len(defined) == 1, "the quickstart must define train() once"
+    package = ast.parse(inspect.getsource(quickstart.train)).body[0]
+    assert ast.dump(defined[0]) == ast.dump(package), (
+        "notebooks/01_quickstart.ipynb's train() differs from nbaccel/examples/quickstart.py"
+    )
+
+
+# -- the notebooks, run top to bottom --------------------------------------------------------
+
+
+def test_01_quickstart() -> None:
+    text = _execute(_read("01_quickstart.ipynb"))
+    for rank in (0, 1):
+        assert re.search(rf"^rank {rank} of 2 on cpu: \d+ optimizer steps", text, re.M), text
+        assert f"[rank{rank}]: trained on" in text, "a rank's output did not reach the cell"
+    assert _number(r"test accuracy: ([0-9.]+)", text) >= 0.90
+    assert "on 389 test images" in text, "gather_for_metrics must give the whole test split"
+    assert "every rank ends with the same weights: True" in text
+
+
+def test_02_precision_and_accumulation() -> None:
+    text = _execute(_read("02_precision_and_accumulation.ipynb"))
+    for mode in ("no", "bf16"):
+        assert _number(rf"mixed_precision='{mode}': test accuracy ([0-9.]+)", text) >= 0.90
+    steps = re.findall(r"x \d+ (?:images|accumulated): (\d+) optimizer steps", text)
+    assert len(steps) == 3 and len(set(steps)) == 1, f"steps differ: {steps}\n{text}"
+    for difference in re.findall(r"largest weight difference ([0-9.e+-]+)", text):
+        assert float(difference) < 1e-5
+    assert "the same training: True" in text
+
+
+def test_03_checkpoint_and_resume() -> None:
+    text = _execute(_read("03_checkpoint_and_resume.ipynb"))
+    assert "attempt 1 failed (RuntimeError: injected failure after epoch 3)" in text, text
+    assert "[rank0]: restart 1: resuming after epoch 3" in text, text
+    assert "resumed run equals uninterrupted run: True" in text, text
+    assert "checkpoints kept (total_limit=2): ['checkpoint_4', 'checkpoint_5']" in text
+
+
+def _check_multi_node(text: str, node_rank: int) -> None:
+    for local in (0, 1):
+        rank = 2 * node_rank + local
+        line = rf"machine {node_rank}: rank {rank} of 4, test accuracy ([0-9.]+)"
+        assert _number(line, text) >= 0.90
+
+
+def test_05_multi_node_plays_machine_1_in_a_second_kernel() -> None:
+    """Top to bottom with its defaults: the notebook starts the second kernel itself."""
+    notebook = _with_parameters(_read("05_multi_node.ipynb"), PORT=_free_port())
+    text = _execute(notebook)
+    _check_multi_node(text, 0)
+    prefix = "[machine 1] "
+    machine1 = [line[len(prefix) :] for line in text.splitlines() if line.startswith(prefix)]
+    _check_multi_node("\n".join(machine1), 1)
+
+
+def test_05_multi_node_the_same_notebook_in_two_kernels() -> None:
+    """As on two machines: two kernels run the notebook, differing only in NODE_RANK."""
+    port = _free_port()
+    notebooks = [
+        _with_parameters(
+            _read("05_multi_node.ipynb"), NODE_RANK=node, PORT=port, PLAY_MACHINE_1_HERE=False
+        )
+        for node in (0, 1)
+    ]
+
+    async def both() -> None:
+        await asyncio.gather(*(_client(nb).async_execute(env=kernel_env()) for nb in notebooks))
+
+    asyncio.run(both())
+    for node, notebook in enumerate(notebooks):
+        text = _text(notebook)
+        assert "second kernel" not in text.split("%%also_in_second_kernel")[-1]
+        assert f"on node {node} of 2" in text, text
+        _check_multi_node(text, node)
+
+
+def test_06_colab_kaggle() -> None:
+    text = _execute(_read("06_colab_kaggle.ipynb"))
+    assert "Colab: False, Kaggle: False" in text
+    assert _number(r"CPU accuracy: ([0-9.]+)", text) >= 0.90
+    assert "no TPU here" in text
+    assert "CudaInitializedError: CUDA was already initialised in this process" in text, text
+    assert 'start_method="spawn"' in text
+    assert "with spawn (gloo)" in text and "with spawn: 2 ranks returned" in text, text
+
+
+@pytest.mark.parametrize(
+    "name", sorted(p.name for p in NOTEBOOKS.glob("*.ipynb") if p.name not in CHECKED)
+)
+def test_other_notebooks_run_to_the_end(name: str) -> None:
+    _execute(_read(name))

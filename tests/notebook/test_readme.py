@@ -1,0 +1,138 @@
+"""README.md's commands and notebook example run as written; the docs name every public name."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.notebook
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def readme_commands() -> list[str]:
+    """The fenced ``bash`` blocks of the README's "Try it" section, in order."""
+    text = (ROOT / "README.md").read_text()
+    section = re.search(r"^## Try it.*?$(.*?)(?=^## )", text, re.M | re.S)
+    assert section, "README.md has no '## Try it' section"
+    blocks = re.findall(r"^```bash\n(.*?)^```", section.group(1), re.M | re.S)
+    return [block.strip() for block in blocks]
+
+
+def ci_commands() -> list[str]:
+    """The commands .ci/run runs, ``python -m pip`` written as ``pip``."""
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    commands = [
+        line.strip()
+        for line in lines
+        if line.strip() and not line.startswith("#") and not line.startswith(("set ", "cd "))
+    ]
+    return [re.sub(r"^python -m pip ", "pip ", command) for command in commands]
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A fresh virtual environment that sees this interpreter's packages, and its environment.
+
+    pip runs offline (``PIP_NO_INDEX``) and without build isolation, so the README's install
+    commands resolve from what is installed here; the venv's own old setuptools is removed so
+    that the installed one (which torch's metadata asks for) is seen.
+    """
+    path = tmp_path_factory.mktemp("readme") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(path)], check=True)
+    python = path / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "setuptools"], check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NBACCEL_", "PYTEST_"))}
+    env.update(
+        PATH=f"{path / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        VIRTUAL_ENV=str(path),
+        PIP_NO_INDEX="1",
+        PIP_NO_BUILD_ISOLATION="0",  # pip reads this "no-" switch inverted: 0 turns isolation off
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+    )
+    return env
+
+
+def _bash(command: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", command],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_readme_has_the_install_and_demo_command_then_the_test_command() -> None:
+    commands = readme_commands()
+    assert len(commands) == 2, commands
+    assert commands[0].startswith("pip install torch==2.13.0 && pip install -e ")
+    assert commands[0].endswith("&& nbaccel demo")
+    assert commands[1].endswith("&& bash tests/run.sh")
+
+
+def test_readme_demo_command_runs_as_written(venv: dict[str, str]) -> None:
+    command = readme_commands()[0]
+    result = _bash(command, venv, timeout=240)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert re.search(r"^rank 0/2 on cpu: \d+ optimizer steps", result.stdout, re.M), out
+    assert re.search(r"^rank 1/2 on cpu: \d+ optimizer steps", result.stdout, re.M), out
+    accuracy = re.search(r"^test accuracy: ([0-9.]+) \(gathered from 2 ranks", result.stdout, re.M)
+    assert accuracy and float(accuracy.group(1)) >= 0.9, out
+    # the `nbaccel` that ran is the one the README's install put into the venv
+    assert Path(venv["VIRTUAL_ENV"], "bin", "nbaccel").exists()
+
+
+def test_readme_test_command_installs_and_is_what_ci_runs(venv: dict[str, str]) -> None:
+    """The install part runs as written; `bash tests/run.sh` is this very suite, so it is not
+    run again here: the check is that .ci/run runs the README's commands."""
+    steps = [step.strip() for step in readme_commands()[1].split("&&")]
+    assert steps[-1] == "bash tests/run.sh"
+    assert (ROOT / "tests" / "run.sh").is_file()
+    # the Python installs run here as written; the system package steps (apt-get, as root) are
+    # checked by .ci/run's order below and run by CI itself
+    python_steps = [step for step in steps[:-1] if not step.startswith("apt-get")]
+    result = _bash(" && ".join(python_steps), venv, timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # .ci/run runs the README's commands, in order, ending with the same test command; it may
+    # add CI-only set-up steps between them (e.g. system packages for the browser tier).
+    ci = ci_commands()
+    assert ci[-1] == steps[-1], f".ci/run ends with {ci[-1]!r}, the README with {steps[-1]!r}"
+    remaining = iter(ci)
+    missing = [step for step in steps if step not in remaining]
+    assert not missing, f".ci/run ({ci}) does not run the README's {missing}, in order"
+
+
+def test_readme_notebook_example_runs_in_a_kernel() -> None:
+    """The README's "In a notebook" example, run as one cell of a real Jupyter kernel."""
+    pytest.importorskip("jupyter_client")
+    from kernel_helpers import running_kernel
+
+    text = (ROOT / "README.md").read_text()
+    example = re.search(r"^## In a notebook\n+```python\n(.*?)^```", text, re.M | re.S)
+    assert example, "README.md has no Python example under '## In a notebook'"
+    with running_kernel() as kernel:
+        cell = kernel.ok(example.group(1), timeout=120)
+    assert cell.lines()[-1] == "[0, 1]", cell.describe()
+    for rank in (0, 1):
+        assert f"[rank{rank}]: last loss" in cell.stdout, cell.describe()
+
+
+def test_docs_cover_every_public_name_and_every_launcher_error() -> None:
+    import nbaccel
+    import nbaccel.utils
+
+    docs = "\n".join(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))
+    names = sorted(set(nbaccel.__all__) | set(nbaccel.utils.__all__))
+    undocumented = [name for name in names if not re.search(rf"`{re.escape(name)}[`(]", docs)]
+    assert not undocumented, f"docs/*.md never name {undocumented}"
+    troubleshooting = (ROOT / "docs" / "troubleshooting.md").read_text()
+    errors = ["CudaInitializedError", "PortInUseError", "LaunchTimeoutError", "WorkerError"]
+    assert not [e for e in errors if e not in troubleshooting]
