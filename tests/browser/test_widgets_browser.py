@@ -94,7 +94,7 @@ def test_panel_validates_launches_and_dashboard_shows_both_ranks_finished(
         launch = page.get_by_role("button", name="Launch", exact=True)
         page.wait_for_function("b => !b.disabled", arg=launch.element_handle())
         launch.click()
-        page.get_by_text("Finished: 2 ranks").wait_for(timeout=120_000)
+        page.get_by_text("Finished: 2 ranks").first.wait_for(timeout=120_000)  # header and summary
         page.get_by_text("Summary").wait_for()
         board = page.locator(".widget-vbox", has_text="nbaccel launch").last
         text = board.inner_text()
