@@ -12,7 +12,6 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from . import ops
 from .accumulation import AccumulationCounter
 from .checkpoint import CheckpointingMixin
 from .config.resolve import configured_dynamo_plugin
@@ -29,7 +28,7 @@ from .kwargs_handlers import (
 from .plugins import GradientAccumulationPlugin, ProjectConfiguration, TorchDynamoPlugin
 from .precision import Precision
 from .preparation import Preparer
-from .process_control import ProcessControlMixin
+from .process_control import CollectivesMixin, ProcessControlMixin
 from .state import AcceleratorState, GradientState
 from .state.registry import STATE
 from .strategies import strategy_for
@@ -108,7 +107,7 @@ def _accumulation_plugin(
     return GradientAccumulationPlugin(num_steps=steps)
 
 
-class Accelerator(CheckpointingMixin, TrackingMixin, ProcessControlMixin):
+class Accelerator(CheckpointingMixin, TrackingMixin, ProcessControlMixin, CollectivesMixin):
     """One object for distributed, mixed-precision training with unchanged model code.
 
     Create it inside the function you launch (``notebook_launcher``, ``nbaccel launch``,
@@ -392,31 +391,6 @@ class Accelerator(CheckpointingMixin, TrackingMixin, ProcessControlMixin):
         return tuple(None for _ in objects)
 
     clear = free_memory
-
-    # -- collective operations ---------------------------------------------------------------
-    def gather(self, tensor: Any) -> Any:
-        """Gather (nested) tensors from every process, concatenated along dim 0."""
-        return ops.gather(tensor)
-
-    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        """Gather for evaluation: drops the samples duplicated to even out the last batch, so
-        exactly the data set's samples come back, in order."""
-        objects = use_gather_object or not ops.has_only_tensors(input_data)
-        data = ops.gather_object(input_data) if objects else ops.gather(input_data)
-        state = self.gradient_state
-        if state.end_of_dataloader and state.remainder > 0:
-            return ops.truncate(data, state.remainder)
-        return data
-
-    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
-        """Reduce (nested) tensors across processes (``sum``, ``mean`` or ``none``)."""
-        return ops.reduce(tensor, reduction=reduction, scale=scale)
-
-    def pad_across_processes(
-        self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
-    ) -> Any:
-        """Pad (nested) tensors to the largest size along ``dim`` across processes."""
-        return ops.pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
 
     def __repr__(self) -> str:
         return f"Accelerator(\n{self.state!r})"

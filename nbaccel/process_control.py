@@ -1,13 +1,15 @@
-"""The process-control helpers of the Accelerator, delegated to its ``state``."""
+"""The Accelerator's process-control helpers and collective operations, delegated to its
+``state`` and to :mod:`nbaccel.ops`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .state import AcceleratorState
+from . import ops
+from .state import AcceleratorState, GradientState
 
-__all__ = ["ProcessControlMixin"]
+__all__ = ["CollectivesMixin", "ProcessControlMixin"]
 
 T = TypeVar("T")
 
@@ -56,3 +58,33 @@ class ProcessControlMixin:
     def on_local_process(self, function: Any = None, local_process_index: Any = None) -> Any:
         """Decorator: run on the process with this index on each machine only."""
         return self.state.on_local_process(function, local_process_index=local_process_index)
+
+
+class CollectivesMixin:
+    """``gather``, ``gather_for_metrics``, ``reduce`` and ``pad_across_processes``."""
+
+    gradient_state: GradientState
+
+    def gather(self, tensor: Any) -> Any:
+        """Gather (nested) tensors from every process, concatenated along dim 0."""
+        return ops.gather(tensor)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """Gather for evaluation: drops the samples duplicated to even out the last batch, so
+        exactly the data set's samples come back, in order."""
+        objects = use_gather_object or not ops.has_only_tensors(input_data)
+        data = ops.gather_object(input_data) if objects else ops.gather(input_data)
+        state = self.gradient_state
+        if state.end_of_dataloader and state.remainder > 0:
+            return ops.truncate(data, state.remainder)
+        return data
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        """Reduce (nested) tensors across processes (``sum``, ``mean`` or ``none``)."""
+        return ops.reduce(tensor, reduction=reduction, scale=scale)
+
+    def pad_across_processes(
+        self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
+    ) -> Any:
+        """Pad (nested) tensors to the largest size along ``dim`` across processes."""
+        return ops.pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)

@@ -36,6 +36,7 @@ from .launch import (
 from .settings import (
     accelerate_config_candidates,
     config_file_override,
+    environment_for_child,
     fsdp_ram_efficient_loading_enabled,
     gloo_socket_interface,
     nbaccel_default_config_path,
@@ -51,6 +52,7 @@ __all__ = [
     "config_file_override",
     "cuda_device_count",
     "debug_mode_requested",
+    "environment_for_child",
     "fsdp_ram_efficient_loading_enabled",
     "gloo_socket_interface",
     "hardware_description",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -64,3 +65,9 @@ def fsdp_ram_efficient_loading_enabled(environ: Mapping[str, str] | None = None)
 def set_fsdp_ram_efficient_loading(enabled: bool) -> None:
     """Write the documented toggle ``FSDP_CPU_RAM_EFFICIENT_LOADING`` (``True`` / ``False``)."""
     os.environ[_RAM_EFFICIENT_LOADING] = "True" if enabled else "False"
+
+
+def environment_for_child(exclude: re.Pattern[str]) -> dict[str, str]:
+    """This process's variables, without those whose names match ``exclude`` (for starting a
+    separate program, e.g. a second kernel, that must not inherit launch variables)."""
+    return {key: value for key, value in os.environ.items() if not exclude.match(key)}

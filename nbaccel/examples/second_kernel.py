@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import time
 from queue import Empty
 from typing import Any
+
+from ..environment import environment_for_child
 
 __all__ = ["SecondKernel", "load_ipython_extension"]
 
@@ -25,7 +26,7 @@ class SecondKernel:
     def __init__(self, startup_timeout: float = 60.0) -> None:
         from jupyter_client.manager import KernelManager
 
-        env = {k: v for k, v in os.environ.items() if not _LAUNCH_VARIABLES.match(k)}
+        env = environment_for_child(_LAUNCH_VARIABLES)
         self.manager = KernelManager(kernel_name="python3")
         self.manager.start_kernel(env=env)
         self.client = self.manager.client()

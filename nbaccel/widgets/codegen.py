@@ -4,22 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..fsdp.config_keys import KEY_TO_ARGUMENT
 from .form import PanelValues, launch_options
 
 __all__ = ["FSDP_ARGUMENTS", "accelerator_options", "plugin_options", "show_code"]
 
-# fsdp_config key -> FullyShardedDataParallelPlugin argument (Accelerate's names).
-FSDP_ARGUMENTS = {
-    "fsdp_version": "fsdp_version",
-    "fsdp_sharding_strategy": "sharding_strategy",
-    "fsdp_reshard_after_forward": "reshard_after_forward",
-    "fsdp_auto_wrap_policy": "auto_wrap_policy",
-    "fsdp_transformer_layer_cls_to_wrap": "transformer_cls_names_to_wrap",
-    "fsdp_min_num_params": "min_num_params",
-    "fsdp_offload_params": "cpu_offload",
-    "fsdp_state_dict_type": "state_dict_type",
-    "fsdp_activation_checkpointing": "activation_checkpointing",
-}
+# fsdp_config key -> FullyShardedDataParallelPlugin argument (Accelerate's names)
+FSDP_ARGUMENTS = KEY_TO_ARGUMENT
 
 
 def plugin_options(values: PanelValues) -> dict[str, Any]:
