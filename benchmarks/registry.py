@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import checkpoint, ddp_throughput
+from . import checkpoint, ddp_throughput, launch_latency
 
 __all__ = ["BENCHMARKS", "Benchmark"]
 
@@ -42,6 +42,12 @@ BENCHMARKS: dict[str, Benchmark] = {
             summary=checkpoint.SUMMARY,
             add_arguments=checkpoint.add_arguments,
             run=checkpoint.run,
+        ),
+        Benchmark(
+            name=launch_latency.NAME,
+            summary=launch_latency.SUMMARY,
+            add_arguments=launch_latency.add_arguments,
+            run=launch_latency.run,
         ),
     )
 }
