@@ -14,7 +14,7 @@ from torch import nn
 
 from .accumulation import AccumulationCounter
 from .checkpoint import CheckpointingMixin
-from .config.resolve import configured_dynamo_plugin
+from .config.resolve import configured_accumulation_steps, configured_dynamo_plugin
 from .data import DataLoaderConfiguration, skip_first_batches
 from .enums import DynamoBackend, RNGType
 from .fsdp import FullyShardedDataParallelPlugin
@@ -100,6 +100,8 @@ def _accumulation_plugin(
                 "Pass gradient_accumulation_steps or gradient_accumulation_plugin, not both."
             )
         return plugin
+    if steps == 1 and not isinstance(steps, bool):  # not given: the config file's, if it says
+        steps = configured_accumulation_steps() or 1
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(
             f"gradient_accumulation_steps={steps!r} is not allowed; it must be an int >= 1."

@@ -16,7 +16,13 @@ from .files import (
     write_location,
 )
 from .fsdp import FsdpConfig, convert_to_fsdp2
-from .resolve import ResolvedLaunch, configured_precision, launcher_defaults, resolve_launch
+from .resolve import (
+    ResolvedLaunch,
+    configured_accumulation_steps,
+    configured_precision,
+    launcher_defaults,
+    resolve_launch,
+)
 from .schema import ConfigFile, field_help, parse_mapping
 from .values import ConfigError, ValueProblem
 
@@ -31,6 +37,7 @@ __all__ = [
     "basic_config",
     "config_in_force",
     "config_location",
+    "configured_accumulation_steps",
     "configured_precision",
     "convert_to_fsdp2",
     "field_help",

@@ -97,7 +97,8 @@ def load_config_file(
             f"nbaccel: {file}: accepted but not acted on by nbaccel: {', '.join(ignored)} "
             "(kept in the file; see docs/cli.md)."
         )
-    present = tuple(str(k) for k in (data or {}) if str(k) in config.to_dict())
+    names = {field.name for field in dataclasses.fields(ConfigFile)}
+    present = tuple(str(k) for k in (data or {}) if str(k) in names)
     return LoadedConfig(file, origin, config, tuple(ignored), present)
 
 

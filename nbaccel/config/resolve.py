@@ -2,7 +2,8 @@
 
 :func:`resolve_launch` gives ``nbaccel launch`` its settings; :func:`launcher_defaults` fills
 the ``None`` arguments of ``notebook_launcher``; :func:`configured_precision` is what
-``Accelerator()`` falls back on after the launcher's choice.
+``Accelerator()`` falls back on after the launcher's choice, and
+:func:`configured_accumulation_steps` its ``gradient_accumulation_steps`` when not given.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .values import ConfigError, ValueProblem
 
 __all__ = [
     "ResolvedLaunch",
+    "configured_accumulation_steps",
     "configured_precision",
     "launcher_defaults",
     "resolve_launch",
@@ -74,7 +76,7 @@ def resolve_launch(explicit: Mapping[str, Any], loaded: LoadedConfig | None) -> 
 
     ``explicit`` uses the file's key names, except that ``num_processes`` is per machine (the
     launcher's meaning) and ``fsdp_*`` keys are merged into the file's ``fsdp_config``;
-    ``max_restarts`` and ``monitor_interval`` are launcher-only.
+    ``monitor_interval`` is launcher-only (``max_restarts`` is a key of the file too).
 
     Raises:
         ConfigError: naming the setting whose value is wrong.
@@ -110,10 +112,7 @@ def resolve_launch(explicit: Mapping[str, Any], loaded: LoadedConfig | None) -> 
         if derived != config.distributed_type:
             config, sources["distributed_type"] = config.replace(distributed_type=derived), DERIVED
     _check_machines(config, per, cpu, gpus)
-    restarts = int(explicit.get("max_restarts") or 0)
     interval = float(explicit.get("monitor_interval") or 0.1)
-    if restarts < 0:
-        raise ConfigError(f"max_restarts={restarts} is not allowed; it must be 0 or more.")
     if interval <= 0:
         raise ConfigError(
             f"monitor_interval={interval} is not allowed; it must be a positive number of seconds."
@@ -121,7 +120,7 @@ def resolve_launch(explicit: Mapping[str, Any], loaded: LoadedConfig | None) -> 
     return ResolvedLaunch(
         config=config,
         processes_per_machine=int(per),
-        max_restarts=restarts,
+        max_restarts=config.max_restarts,
         monitor_interval=interval,
         sources=sources,
         path=loaded.path if loaded is not None else None,
@@ -147,8 +146,9 @@ def launcher_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:
 
     ``num_processes`` becomes the file's processes per machine; ``use_port`` and
     ``master_addr`` come from ``main_process_port`` / ``main_process_ip`` (a port from the
-    file is used as if it had been passed); ``cpu`` and ``debug`` from ``use_cpu`` / ``debug``.
-    With no config file the arguments come back unchanged.
+    file is used as if it had been passed); ``cpu`` and ``debug`` from ``use_cpu`` / ``debug``;
+    ``max_restarts`` and ``start_method`` from the keys of those names. With no config file
+    the arguments come back unchanged.
     """
     loaded = config_in_force()
     out = dict(kwargs)
@@ -162,6 +162,8 @@ def launcher_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:
         "master_addr": cfg.main_process_ip,
         "cpu": True if cfg.use_cpu else None,
         "debug": True if cfg.debug else None,
+        "max_restarts": cfg.max_restarts if "max_restarts" in loaded.keys else None,
+        "start_method": cfg.start_method if "start_method" in loaded.keys else None,
     }
     for key, value in fill.items():
         if out.get(key) is None and value is not None:
@@ -175,6 +177,14 @@ def configured_precision() -> str | None:
     if loaded is None or "mixed_precision" not in loaded.keys:
         return None
     return loaded.config.mixed_precision
+
+
+def configured_accumulation_steps() -> int | None:
+    """The config file's ``gradient_accumulation_steps`` when a file in force sets it."""
+    loaded = config_in_force()
+    if loaded is None or "gradient_accumulation_steps" not in loaded.keys:
+        return None
+    return loaded.config.gradient_accumulation_steps
 
 
 def configured_dynamo_plugin() -> TorchDynamoPlugin | None:

@@ -19,7 +19,9 @@ __all__ = [
     "DISTRIBUTED_TYPES",
     "DYNAMO_KEYS",
     "IGNORED_KEYS",
+    "NBACCEL_KEYS",
     "PRECISIONS",
+    "START_METHODS",
     "ConfigFile",
     "field_help",
     "parse_mapping",
@@ -38,6 +40,10 @@ _UNSUPPORTED_TYPES = (
     "MULTI_HPU",
 )
 RDZV_BACKENDS = ("static", "c10d")
+START_METHODS = ("auto", "fork", "spawn")
+# nbaccel's own keys (Accelerate's files have none of them): written only when not default,
+# so that a file nbaccel writes with its defaults stays one Accelerate reads too.
+NBACCEL_KEYS = {"gradient_accumulation_steps": 1, "start_method": "auto", "max_restarts": 0}
 # Keys of Accelerate's files that nbaccel accepts and does not act on.
 IGNORED_KEYS = (
     "deepspeed_config",
@@ -209,6 +215,19 @@ class ConfigFile:
     tpu_vm: list[str] = dataclasses.field(
         default_factory=list, metadata=_meta(_str_list, "TPU: names of the TPU VMs")
     )
+    gradient_accumulation_steps: int = _f(
+        1,
+        lambda v: as_int(v, minimum=1),
+        "batches per optimizer step: Accelerator()'s default (1: no accumulation)",
+    )
+    start_method: str = _f(
+        "auto",
+        lambda v: as_choice(str(v), START_METHODS),
+        "how notebook_launcher starts its processes: auto, fork or spawn",
+    )
+    max_restarts: int = _f(
+        0, lambda v: as_int(v, minimum=0), "restarts of the group after a failure (0: none)"
+    )
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -242,10 +261,13 @@ class ConfigFile:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings as written to a YAML file (Accelerate's key names)."""
+        """The settings as written to a YAML file (Accelerate's key names; nbaccel's own keys,
+        :data:`NBACCEL_KEYS`, only when they differ from their defaults)."""
         out: dict[str, Any] = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
+            if field.name in NBACCEL_KEYS and value == NBACCEL_KEYS[field.name]:
+                continue  # an nbaccel-only key at its default is left out
             if isinstance(value, FsdpConfig):
                 value = value.to_dict()
             out[field.name] = value

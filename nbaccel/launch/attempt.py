@@ -50,6 +50,7 @@ class LaunchPlan:
             (see :class:`OutputRelay`).
         stop_requested: set it to stop every rank (see :class:`WorkerGroup`).
         on_started: receives ``{global rank: pid}`` once the workers of an attempt started.
+        on_wait: called between the supervisor's waits (see :class:`WorkerGroup`).
     """
 
     function: Callable[..., Any]
@@ -61,6 +62,7 @@ class LaunchPlan:
     line_sink: Callable[[int, str, str], None] | None = None
     stop_requested: threading.Event | None = None
     on_started: Callable[[dict[int, int]], None] | None = None
+    on_wait: Callable[[], None] | None = None
 
     def run(self, attempt: int) -> list[Any]:
         """Meet the other machines (if any), run the group, return the local results."""
@@ -115,6 +117,7 @@ class LaunchPlan:
                 attempt=attempt,
                 stop_requested=self.stop_requested,
                 on_started=self.on_started,
+                on_wait=self.on_wait,
             )
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()

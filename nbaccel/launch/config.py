@@ -160,14 +160,15 @@ class LaunchConfig:
         if not isinstance(rdzv_id, str) or not rdzv_id:
             raise ValueError(f"rdzv_id={rdzv_id!r} must be a non-empty string.")
         out["rdzv_id"] = rdzv_id
-        out["max_restarts"] = _int("max_restarts", raw.get("max_restarts", 0), 0)
+        restarts = raw.get("max_restarts")  # None: the config file's, else 0
+        out["max_restarts"] = _int("max_restarts", 0 if restarts is None else restarts, 0)
         out["monitor_interval"] = _number("monitor_interval", raw.get("monitor_interval", 0.1))
         out["timeout"] = _number("timeout", raw.get("timeout"), allow_none=True)
         out["rendezvous_timeout"] = _number(
             "rendezvous_timeout", raw.get("rendezvous_timeout", 300.0)
         )
         out["start_method"] = _choice(
-            "start_method", raw.get("start_method", "auto"), _START_METHODS
+            "start_method", raw.get("start_method") or "auto", _START_METHODS
         )
         if out["start_method"] == "fork" and "fork" not in multiprocessing.get_all_start_methods():
             raise ValueError("start_method='fork' is not available on this platform; use 'spawn'.")

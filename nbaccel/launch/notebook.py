@@ -11,7 +11,7 @@ import torch.distributed as dist
 from ..state.registry import STATE, reset_registry
 from .attempt import LaunchPlan
 from .config import LaunchConfig
-from .errors import WorkerError
+from .errors import LaunchStopped, WorkerError
 from .events import RankStateEvent, emit
 from .guard import check_fork_safe, cuda_initialized, install_cuda_init_tracer
 from .variables import temporary_environment
@@ -34,11 +34,11 @@ def notebook_launcher(
     rdzv_endpoint: str = "",
     rdzv_conf: dict[str, Any] | None = None,
     rdzv_id: str = "none",
-    max_restarts: int = 0,
+    max_restarts: int | None = None,
     monitor_interval: float = 0.1,
     log_line_prefix_template: str | None = None,
     *,
-    start_method: str = "auto",
+    start_method: str | None = None,
     timeout: float | None = None,
     rendezvous_timeout: float = 300.0,
     cpu: bool | None = None,
@@ -50,7 +50,10 @@ def notebook_launcher(
     """Run ``function(*args)`` on ``num_processes`` processes of this machine and return
     the list of their return values, indexed by local process index.
 
-    See ``docs/launcher.md`` for every option; new options are keyword-only.
+    See ``docs/launcher.md`` for every option; new options are keyword-only. Options left
+    ``None`` take the config file's value where one is in force (``nbaccel config``, the
+    config panel's Save): ``max_restarts`` (else 0) and ``start_method`` (else ``"auto"``)
+    among them.
 
     Raises:
         ValueError / TypeError: a bad argument (nothing was started).
@@ -99,6 +102,8 @@ def notebook_launcher(
         results = _dispatch(function, call_args, call_kwargs, config, board.chain(on_event), board)
     except BaseException as exc:
         board.end(exc)
+        if isinstance(exc, LaunchStopped):  # asked for: the launcher's own frames are noise
+            raise exc.with_traceback(None) from None
         raise
     board.end(None)
     return results
@@ -119,7 +124,9 @@ def _open_dashboard(dashboard: bool | Any | None) -> Any:
 
     The dashboard lives in ``nbaccel.widgets`` (imported only when asked for): a widget in a
     notebook with ipywidgets, plain text otherwise. It offers ``begin``, ``chain``, ``end``,
-    ``line_sink``, ``stop_requested`` and ``set_pids`` (see ``docs/widgets.md``).
+    ``line_sink``, ``stop_requested``, ``set_pids`` and ``on_wait`` (called between the
+    supervisor's waits: the widget lets a busy kernel handle its Stop click there; see
+    ``docs/widgets.md``).
     """
     if dashboard is None or dashboard is False:
         return None
@@ -166,6 +173,7 @@ def _dispatch(
         line_sink=getattr(board, "line_sink", None),
         stop_requested=getattr(board, "stop_requested", None),
         on_started=getattr(board, "set_pids", None),
+        on_wait=getattr(board, "on_wait", None),
     )
     return _with_restarts(plan.run, config, restartable=_is_rank_failure)
 

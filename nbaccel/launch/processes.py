@@ -171,6 +171,9 @@ class WorkerGroup:
             interrupt does (SIGTERM, then SIGKILL after ``grace``) and :meth:`run` raises
             :class:`LaunchStopped`; checked every ``monitor_interval`` seconds.
         on_started: called once after :meth:`start` with ``{global rank: pid}``.
+        on_wait: called by the supervising thread before each wait (so at least every
+            ``monitor_interval`` seconds), e.g. to let a busy Jupyter kernel handle the
+            dashboard's Stop click; it may set ``stop_requested``.
     """
 
     def __init__(
@@ -183,8 +186,10 @@ class WorkerGroup:
         attempt: int = 0,
         stop_requested: threading.Event | None = None,
         on_started: Callable[[dict[int, int]], None] | None = None,
+        on_wait: Callable[[], None] | None = None,
     ) -> None:
         self.specs = specs
+        self.on_wait = on_wait
         self.stop_requested = stop_requested
         self.on_started = on_started
         self.on_event = on_event
@@ -232,6 +237,8 @@ class WorkerGroup:
         started = time.monotonic()
         timed_out = False
         while any(not self._finished(h) for h in self.handles):
+            if self.on_wait is not None:
+                self.on_wait()
             if self.stop_requested is not None and self.stop_requested.is_set():
                 raise LaunchStopped()  # run() stops every worker, as for an interrupt
             waitables: list[Any] = [h.conn for h in self.handles if h.conn_open]

@@ -10,6 +10,7 @@ from typing import Any
 import ipywidgets as widgets
 import traitlets
 
+from .kernelpump import MessagePump, open_message_pump
 from .state import DashboardState
 
 __all__ = ["LaunchDashboard"]
@@ -55,6 +56,7 @@ class LaunchDashboard(widgets.VBox):
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._redraw_lock = threading.Lock()
+        self._pump: MessagePump | None = None
         children = [
             self._title,
             widgets.HBox([self._bar, self._bar_text]),
@@ -84,6 +86,14 @@ class LaunchDashboard(widgets.VBox):
         self._wake.clear()
         self._thread = threading.Thread(target=self._refresh, name="nbaccel-dashboard", daemon=True)
         self._thread.start()
+        # A launch that blocks the kernel's cell: let the kernel see the Stop click meanwhile.
+        self._pump = open_message_pump()
+
+    def on_wait(self) -> None:
+        """Called by the launcher between its waits: handle the front end's widget messages
+        (the Stop click) when the launch blocks the kernel (see :mod:`.kernelpump`)."""
+        if self._pump is not None:
+            self._pump.poll()
 
     def chain(self, on_event: Callable[[Any], None] | None) -> Callable[[Any], None]:
         """An ``on_event`` that feeds the dashboard, then calls ``on_event``."""
@@ -99,6 +109,9 @@ class LaunchDashboard(widgets.VBox):
 
     def end(self, error: BaseException | None) -> None:
         """The launch is over: final redraw and the summary."""
+        pump, self._pump = self._pump, None
+        if pump is not None:
+            pump.close()
         thread, self._thread = self._thread, None
         self._wake.set()
         if thread is not None:

@@ -7,13 +7,10 @@ from typing import Any
 
 from ..config import ConfigFile, FsdpConfig, ValueProblem
 from ..config.fsdp import SHARDING_STRATEGIES, STATE_DICT_TYPES, WRAP_POLICIES
+from ..config.schema import START_METHODS
 from .hardware import Hardware
 
-__all__ = ["LAUNCH_ONLY", "START_METHODS", "PanelValues", "launch_options", "validate"]
-
-START_METHODS = ("auto", "fork", "spawn")
-# Settings that are arguments of notebook_launcher / Accelerator(), not keys of the file.
-LAUNCH_ONLY = ("start_method", "gradient_accumulation_steps", "max_restarts")
+__all__ = ["START_METHODS", "PanelValues", "launch_options", "validate"]
 
 
 @dataclasses.dataclass
@@ -87,11 +84,14 @@ class PanelValues:
             main_process_port=self.main_process_port or None,
             gpu_ids="all" if self.device == "gpu" else None,
             fsdp_config=FsdpConfig(self.fsdp_mapping()),
+            gradient_accumulation_steps=self.gradient_accumulation_steps,
+            start_method=self.start_method,
+            max_restarts=self.max_restarts,
         )
 
     @classmethod
-    def from_config(cls, config: ConfigFile, hardware: Hardware, **launch: Any) -> PanelValues:
-        """The panel's values for ``config`` (plus launch-only settings from ``launch``)."""
+    def from_config(cls, config: ConfigFile, hardware: Hardware) -> PanelValues:
+        """The panel's values for ``config``."""
         if config.distributed_type == "XLA":
             device = "tpu"
         elif not config.use_cpu and hardware.gpus and config.distributed_type != "MULTI_CPU":
@@ -106,7 +106,9 @@ class PanelValues:
             main_process_ip=config.main_process_ip or "",
             main_process_port=config.main_process_port or 0,
             mixed_precision=config.mixed_precision,
-            **{k: v for k, v in launch.items() if k in LAUNCH_ONLY},
+            start_method=config.start_method,
+            gradient_accumulation_steps=config.gradient_accumulation_steps,
+            max_restarts=config.max_restarts,
         )
         fsdp = dict(config.fsdp_config.values)
         if config.distributed_type == "FSDP" or fsdp:

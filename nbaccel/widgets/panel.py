@@ -306,9 +306,7 @@ class ConfigPanel(widgets.VBox):
         if path is None:
             raise ConfigError("no config file to load: save one first, or give a path")
         loaded = load_config_file(path, report=None)
-        launch = {name: getattr(self, name) for name in ("start_method", "max_restarts")}
-        launch["gradient_accumulation_steps"] = self.gradient_accumulation_steps
-        self.values = PanelValues.from_config(loaded.config, self.hardware, **launch)
+        self.values = PanelValues.from_config(loaded.config, self.hardware)
         self._status(f"Loaded {loaded.path}")
         return loaded.config
 

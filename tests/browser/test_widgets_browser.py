@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 pytestmark = pytest.mark.browser
@@ -32,13 +35,29 @@ def train(steps):
 
 panel = ConfigPanel(function=train, args=(10,))
 panel"""
+# The second cell: a launch that keeps the cell busy; its dashboard's Stop must still act.
+BLOCKING = """\
+import os
+from nbaccel import notebook_launcher
+
+
+def sleeper():
+    print("sleeping in pid", os.getpid(), flush=True)
+    time.sleep(120)
+
+
+notebook_launcher(sleeper, num_processes=2, cpu=True, dashboard=True)"""
+_PID = re.compile(r"\[rank\d\]: sleeping in pid (\d+)")
 
 
 def _notebook(root: Path) -> str:
-    cell = {"cell_type": "code", "id": "panel", "execution_count": None, "metadata": {},
-            "outputs": [], "source": SETUP}  # fmt: skip
+    cells = [
+        {"cell_type": "code", "id": name, "execution_count": None, "metadata": {}, "outputs": [],
+         "source": source}
+        for name, source in (("panel", SETUP), ("blocking", BLOCKING))
+    ]  # fmt: skip
     nb = {
-        "cells": [cell],
+        "cells": cells,
         "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
                                     "language": "python"}},
         "nbformat": 4,
@@ -57,7 +76,7 @@ def _shot(page: Any, locator: Any, artifacts: Path, name: str) -> Path:
 
 
 @pytest.mark.timeout(200)
-def test_panel_validates_launches_and_dashboard_shows_both_ranks_finished(
+def test_panel_validates_launches_and_dashboard_shows_both_ranks_finished_and_stop_acts(
     lab: Any, browser: Any, artifacts: Path
 ) -> None:
     cores = os.cpu_count() or 1
@@ -104,8 +123,51 @@ def test_panel_validates_launches_and_dashboard_shows_both_ranks_finished(
         assert "rank 0: finished" in text and "rank 1: finished" in text
         board.scroll_into_view_if_needed()
         _shot(page, board, artifacts, "widgets-dashboard.png")
+        _stop_a_launch_that_blocks_the_cell(page, artifacts)
     except BaseException:
         page.screenshot(path=str(artifacts / "failure.png"), full_page=True)
         raise
     finally:
         page.close()
+
+
+def _stop_a_launch_that_blocks_the_cell(page: Any, artifacts: Path) -> None:
+    """Run ``notebook_launcher(..., dashboard=True)`` in the second cell and click its Stop
+    while the cell is still busy: every rank stops and the cell ends with LaunchStopped."""
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(1)
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Control+Enter")
+    deadline, pids = time.monotonic() + 60, []
+    while len(pids) < 2 and time.monotonic() < deadline:  # both ranks print their pid
+        time.sleep(0.2)
+        pids = sorted({int(pid) for pid in _PID.findall(cell.inner_text())})
+    assert len(pids) == 2 and all(psutil.pid_exists(pid) for pid in pids), cell.inner_text()
+    table = cell.locator(".widget-html", has_text="GPU memory").first
+    while table.inner_text().count("MiB") < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)  # the dashboard redraws (RSS too) while the launch blocks the cell
+    assert table.inner_text().count("MiB") == 2, table.inner_text()
+    stop = cell.locator("button.widget-button[title='Stop']")  # its icon joins its name
+    page.wait_for_function("b => !b.disabled", arg=stop.element_handle())
+    clicked = time.monotonic()
+    stop.click()
+    cell.get_by_text("LaunchStopped").first.wait_for(timeout=30_000)
+    took = time.monotonic() - clicked
+    cell.get_by_text("Stopped: 2 ranks").first.wait_for()
+    text = cell.inner_text()
+    print(text)
+    assert took < 15, f"the launch stopped {took:.1f}s after the click"
+    assert text.count("stopped (Stop button)") >= 2, text
+    board = cell.locator(".widget-vbox", has_text="nbaccel launch").last
+    board.scroll_into_view_if_needed()
+    _shot(page, board, artifacts, "widgets-dashboard-stopped.png")
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in pids), f"workers {pids} outlived the Stop click"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

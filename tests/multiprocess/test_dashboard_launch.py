@@ -105,3 +105,30 @@ def test_text_dashboard_outside_a_notebook_prints_states_and_summary(
     print(err)
     assert "nbaccel: rank 0 running" in err and "nbaccel: rank 1 running" in err
     assert "nbaccel: Finished: 2 ranks" in err
+
+
+@pytest.mark.timeout(120)
+def test_on_wait_is_called_in_the_launching_thread_between_waits_and_can_stop() -> None:
+    """The seam a blocked kernel uses for the Stop click: the launcher calls the dashboard's
+    ``on_wait`` in its own thread while the workers run; setting stop there stops them."""
+    before = h.child_pids()
+    launching = threading.current_thread()
+
+    class Polled(TextDashboard):
+        def __init__(self) -> None:
+            super().__init__(io.StringIO())
+            self.calls: list[tuple[float, bool]] = []
+
+        def on_wait(self) -> None:
+            self.calls.append((time.monotonic(), threading.current_thread() is launching))
+            if all(v.pid and "sleeping" in v.lines for v in self.ranks.values()):
+                self.stop()  # what the Stop button's handler does
+
+    board = Polled()
+    with pytest.raises(LaunchStopped):
+        notebook_launcher(d.sleep_long, num_processes=2, cpu=True, dashboard=board)
+    assert len(board.calls) >= 3 and all(same for _, same in board.calls)
+    gaps = [b - a for (a, _), (b, _) in zip(board.calls, board.calls[1:], strict=False)]
+    assert max(gaps) < 1.0, f"on_wait was not called every monitor_interval: {max(gaps):.2f}s"
+    assert board.outcome == "stopped"
+    assert not h.wait_no_children(before), "a worker outlived the stop from on_wait"

@@ -144,6 +144,9 @@ def test_an_unknown_key_without_a_close_match_lists_the_known_keys(tmp_path: Pat
         ("num_machines: 2\nmachine_rank: 2\n", "machine_rank"),
         ("num_machines: 2\nnum_processes: 3\n", "num_processes"),
         ("fsdp_config:\n  fsdp_sharding_strategy: 9\n", "fsdp_config.fsdp_sharding_strategy"),
+        ("gradient_accumulation_steps: 0\n", "gradient_accumulation_steps"),
+        ("start_method: forkserver\n", "start_method"),
+        ("max_restarts: -1\n", "max_restarts"),
     ],
 )
 def test_bad_values_name_the_key_and_the_file(tmp_path: Path, text: str, key: str) -> None:
@@ -221,3 +224,27 @@ def test_config_file_is_validated_on_construction() -> None:
     assert ConfigFile(distributed_type="tpu").distributed_type == "XLA"
     with pytest.raises(ValueError, match="compute_environment"):
         ConfigFile(compute_environment="AMAZON_SAGEMAKER")
+
+
+def test_nbaccel_keys_round_trip_and_are_left_out_at_their_defaults(tmp_path: Path) -> None:
+    """gradient_accumulation_steps, start_method and max_restarts (the config panel's launch
+    fields) are keys of nbaccel's file; at their defaults they are not written, so a file
+    nbaccel writes with its defaults has only keys Accelerate's own reader knows."""
+    plain = save_config_file(ConfigFile(num_processes=2), tmp_path / "plain.yaml").read_text()
+    for key in ("gradient_accumulation_steps", "start_method", "max_restarts"):
+        assert key not in plain
+    cfg = ConfigFile(gradient_accumulation_steps=4, start_method="SPAWN", max_restarts="2")
+    assert (cfg.gradient_accumulation_steps, cfg.start_method, cfg.max_restarts) == (
+        4,
+        "spawn",
+        2,
+    )
+    path = save_config_file(cfg, tmp_path / "launch.yaml")
+    text = path.read_text()
+    assert "gradient_accumulation_steps: 4" in text and "start_method: spawn" in text
+    assert "max_restarts: 2" in text
+    loaded = load_config_file(path)
+    assert loaded.config == cfg
+    assert {"gradient_accumulation_steps", "start_method", "max_restarts"} <= set(loaded.keys)
+    explicit_default = load_config_file(_write(tmp_path / "d.yaml", "max_restarts: 0\n"))
+    assert "max_restarts" in explicit_default.keys  # set by the file, even to the default

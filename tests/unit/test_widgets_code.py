@@ -60,6 +60,9 @@ def _config_from_calls(seen: dict[str, Any]) -> ConfigFile:
         main_process_ip=launch.get("master_addr"),
         main_process_port=launch.get("use_port"),
         fsdp_config=FsdpConfig(fsdp),
+        gradient_accumulation_steps=accel.get("gradient_accumulation_steps", 1),
+        start_method=launch.get("start_method", "auto"),
+        max_restarts=launch.get("max_restarts", 0),
     )
 
 

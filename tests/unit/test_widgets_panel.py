@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from nbaccel import Accelerator
 from nbaccel.config import load_config_file, resolve_launch
 from nbaccel.config.resolve import configured_precision
+from nbaccel.launch.config import LaunchConfig
 from nbaccel.widgets import ConfigPanel, Hardware, PanelValues
 
 CPU2 = Hardware(cpu_cores=2, description="CPU (test, 2 cores)")
@@ -131,6 +133,39 @@ def test_save_and_load_round_trip_through_the_file_the_cli_reads(
     other.buttons["Load"].click()
     assert "Loaded" in other.status_text.value
     assert other.values == panel.values and other.config == panel.config
+
+
+def test_launch_fields_round_trip_and_are_honoured_where_the_file_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gradient accumulation, start method and restarts go through the CLI's file, and
+    notebook_launcher, Accelerator() and nbaccel launch take them when not given."""
+    path = tmp_path / "default_config.yaml"
+    monkeypatch.setenv("NBACCEL_CONFIG_FILE", str(path))
+    panel = ConfigPanel(hardware=CPU2)
+    panel.values = PanelValues(
+        num_processes=2, gradient_accumulation_steps=4, start_method="spawn", max_restarts=2
+    )
+    assert panel.errors == {}
+    panel.save()
+    text = path.read_text()
+    assert "gradient_accumulation_steps: 4" in text and "start_method: spawn" in text
+    assert "max_restarts: 2" in text
+    other = ConfigPanel(hardware=CPU2)
+    other.load()
+    assert other.values == panel.values
+    assert (other.gradient_accumulation_steps, other.start_method, other.max_restarts) == (
+        4,
+        "spawn",
+        2,
+    )
+    launch = LaunchConfig.build(num_processes=None, cpu=True)  # notebook_launcher's defaults
+    assert (launch.num_processes, launch.start_method, launch.max_restarts) == (2, "spawn", 2)
+    given = LaunchConfig.build(cpu=True, start_method="fork", max_restarts=0)
+    assert (given.start_method, given.max_restarts) == ("fork", 0)  # explicit beats the file
+    assert Accelerator(cpu=True).gradient_accumulation_steps == 4
+    assert resolve_launch({"max_restarts": None}, load_config_file(path)).max_restarts == 2
+    assert resolve_launch({"max_restarts": 1}, load_config_file(path)).max_restarts == 1
 
 
 def test_load_of_a_missing_file_shows_a_message(tmp_path: Path) -> None:
