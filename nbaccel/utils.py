@@ -13,6 +13,7 @@ from .fsdp import (
     fsdp2_prepare_model,
     fsdp2_switch_optimizer_parameters,
 )
+from .fsdp.merge import merge_fsdp_weights
 from .kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -89,6 +90,7 @@ __all__ = [
     "is_torch_tensor",
     "listify",
     "load_checkpoint_in_model",
+    "merge_fsdp_weights",
     "pad_across_processes",
     "recursively_apply",
     "reduce",

@@ -22,7 +22,7 @@ from ..ops import broadcast_object_list
 from ..plugins import ProjectConfiguration
 from ..preparation import Preparer
 from ..state import AcceleratorState
-from ..strategies import Strategy
+from ..strategies import FSDPStrategy, Strategy
 from ..validation import check_bool, check_instance, check_path
 from .export import save_model_files
 from .files import dedupe_shared, save_object, save_tensors
@@ -76,6 +76,10 @@ class CheckpointingMixin:
     def save_iteration(self) -> int:
         """The number the next automatically named checkpoint gets."""
         return self.project_configuration.iteration
+
+    def _fsdp(self) -> FSDPStrategy | None:
+        """The FSDP strategy when models are sharded (their checkpoints take its path)."""
+        return self.strategy if isinstance(self.strategy, FSDPStrategy) else None
 
     def _writes(self) -> bool:
         """Whether this process writes the shared files."""
@@ -180,10 +184,27 @@ class CheckpointingMixin:
         config = self.project_configuration
         staging.mkdir(parents=True, exist_ok=True)  # machines without a shared file system
         models = list(self._preparer.models)
-        weights = [self.get_state_dict(model) for model in models]
+        fsdp = self._fsdp()
+        sharded = fsdp is not None and fsdp.sharded_checkpoints
+        weights = [] if sharded else [self._full_state_dict(model) for model in models]
         for hook in list(self._checkpointing.save_hooks.values()):
             hook(models, weights, str(staging))
-        objects = self._state_objects(weights=weights)
+        if fsdp is None:
+            objects = self._state_objects(weights=weights)
+        else:  # models and optimizers take FSDP's path; the rest is written as without it
+            from ..fsdp.state_dict import save_fsdp_checkpoint
+
+            save_fsdp_checkpoint(
+                staging,
+                models,
+                weights,
+                fsdp.optimizer_pairs(models, list(self._preparer.optimizers)),
+                sharded=sharded,
+                writer=publisher,
+                safe_serialization=safe_serialization,
+                everywhere=config.save_on_each_node,
+            )
+            objects = self._state_objects(optimizers=[])
         counters = {"step": self.step, "accumulation_step": self._accumulation.step}
         save_state_files(
             staging,
@@ -208,7 +229,7 @@ class CheckpointingMixin:
         preparer = self._preparer
         return StateObjects(
             models=kwargs.pop("models", []),
-            optimizers=list(preparer.optimizers),
+            optimizers=kwargs.pop("optimizers", list(preparer.optimizers)),
             schedulers=list(preparer.schedulers),
             dataloaders=list(preparer.dataloaders),
             custom=list(self._custom_objects),
@@ -247,13 +268,25 @@ class CheckpointingMixin:
         models = list(self._preparer.models)
         for hook in list(self._checkpointing.load_hooks.values()):
             hook(models, str(directory))
-        objects = self._state_objects(models=[self.strategy.unwrap_model(m) for m in models])
+        strict = bool(load_model_func_kwargs.get("strict", True))
+        fsdp = self._fsdp()
+        if fsdp is None:
+            objects = self._state_objects(models=[self.strategy.unwrap_model(m) for m in models])
+        else:
+            from ..fsdp.state_dict import load_fsdp_checkpoint, manifest_checker
+
+            pairs = fsdp.optimizer_pairs(
+                list(self._preparer.models), list(self._preparer.optimizers)
+            )
+            checked = manifest_checker(directory)
+            load_fsdp_checkpoint(directory, models, pairs, strict=strict, checked=checked)
+            objects = self._state_objects(optimizers=[])
         counters = load_state_files(
             directory,
             objects,
             process_index=self.state.process_index,
             num_processes=self.state.num_processes,
-            strict=bool(load_model_func_kwargs.get("strict", True)),
+            strict=strict,
         )
         self.step = counters.get("step", self.step)
         self._accumulation.step = counters.get("accumulation_step", self._accumulation.step)
@@ -263,7 +296,24 @@ class CheckpointingMixin:
 
     # -- models and objects ------------------------------------------------------------------
     def get_state_dict(self, model: nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
-        """The state dict of ``model`` (of the model inside its wrappers when ``unwrap``)."""
+        """The state dict of ``model`` (of the model inside its wrappers when ``unwrap``).
+
+        Under FSDP (1 and 2) it is the full, unsharded state dict on CPU, on the main process
+        (``{}`` on the others), whatever ``state_dict_type`` says; every process must call it.
+        """
+        return self._full_state_dict(model, unwrap=unwrap, everywhere=False)
+
+    def _full_state_dict(
+        self, model: nn.Module, unwrap: bool = True, everywhere: bool | None = None
+    ) -> dict[str, torch.Tensor]:
+        """``get_state_dict``; FSDP's full one also on each machine's first process when
+        ``everywhere`` (``save_on_each_node`` when None: those processes write files)."""
+        from ..fsdp.state_dict import full_model_state_dict, is_fsdp_model
+
+        if self._fsdp() is not None and is_fsdp_model(model):
+            if everywhere is None:
+                everywhere = self.project_configuration.save_on_each_node
+            return full_model_state_dict(model, everywhere=everywhere)
         target = self.strategy.unwrap_model(model) if unwrap else model
         return target.state_dict()
 
@@ -282,7 +332,7 @@ class CheckpointingMixin:
             raise TypeError("save_model(model) must be a torch.nn.Module, got None.")
         check_path("save_model(save_directory)", save_directory, allow_none=False)
         check_bool("save_model(safe_serialization)", safe_serialization)
-        state_dict = self.get_state_dict(model)
+        state_dict = self._full_state_dict(model)
         if self._writes():
             save_model_files(state_dict, Path(save_directory), max_shard_size, safe_serialization)
 

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from . import config, demo, env, launch, test, to_fsdp2
+from . import config, demo, env, launch, merge_weights, test, to_fsdp2
 
 __all__ = ["build_parser", "main"]
 
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_parser(subparsers)
     env.add_parser(subparsers)
     launch.add_parser(subparsers)
+    merge_weights.add_parser(subparsers)
     test.add_parser(subparsers)
     to_fsdp2.add_parser(subparsers)
     return parser

@@ -107,6 +107,36 @@ class FSDPStrategy(Strategy):
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type)
         return norm.full_tensor() if isinstance(norm, DTensor) else norm
 
+    @property
+    def sharded_checkpoints(self) -> bool:
+        """Whether ``save_state`` writes sharded (DCP) checkpoints (the plugin's
+        ``state_dict_type``, read at each save)."""
+        from ..fsdp.state_dict import uses_sharded_checkpoints
+
+        return uses_sharded_checkpoints(self.plugin)
+
+    def optimizer_pairs(
+        self, models: list[nn.Module], optimizers: list[Any]
+    ) -> list[tuple[nn.Module, torch.optim.Optimizer]]:
+        """Each optimizer (the torch optimizer inside its wrapper, switched to the sharded
+        parameters) with the prepared model whose parameters it trains."""
+        pairs = []
+        for index, optimizer in enumerate(optimizers):
+            inner = getattr(optimizer, "optimizer", optimizer)
+            switch_parameters(inner, self._mapping)
+            held = {id(p) for group in inner.param_groups for p in group["params"]}
+            owner = next(
+                (m for m in models if held and held <= {id(p) for p in m.parameters()}), None
+            )
+            if owner is None:
+                raise ValueError(
+                    f"Optimizer {index} ({type(inner).__name__}) does not train the parameters "
+                    "of one prepared FSDP model, so its sharded state cannot be matched to a "
+                    "model; give every optimizer the parameters of one model and prepare both."
+                )
+            pairs.append((owner, inner))
+        return pairs
+
     @staticmethod
     def unwrap_model(model: nn.Module) -> nn.Module:
         """Peel FSDP1 wrappers as well as DDP / compile ones (FSDP2 models are the model)."""

@@ -28,8 +28,10 @@ CHECKED = {
     "01_quickstart.ipynb",
     "02_precision_and_accumulation.ipynb",
     "03_checkpoint_and_resume.ipynb",
+    "04_fsdp.ipynb",
     "05_multi_node.ipynb",
     "06_colab_kaggle.ipynb",
+    "07_config_panel.ipynb",
 }
 _CELL_TIMEOUT = 240
 
@@ -158,6 +160,22 @@ def test_03_checkpoint_and_resume() -> None:
     assert "checkpoints kept (total_limit=2): ['checkpoint_4', 'checkpoint_5']" in text
 
 
+def test_04_fsdp() -> None:
+    text = _execute(_read("04_fsdp.ipynb"))
+    for rank in (0, 1):  # the first layer's 8192 values, half on each process
+        assert f"[rank{rank}]: holds 4096 of the 8192 values of 0.weight" in text, text
+    sharded = _number(r"sharded model: test accuracy ([0-9.]+) on 389 images", text)
+    assert sharded >= 0.90
+    assert "'optimizer_0', 'pytorch_model_fsdp_0'" in text, text
+    assert "model shards: ['.metadata', '__0_0.distcp', '__1_0.distcp']" in text, text
+    assert "merged: ['model.safetensors']" in text, text
+    assert re.search(r"nbaccel merge-weights: wrote \S+/merged_bin/pytorch_model\.bin", text), text
+    plain = _number(r"plain model, merged weights: test accuracy ([0-9.]+) on 389 images", text)
+    assert plain == sharded
+    assert "same accuracy as the sharded model: True" in text, text
+    assert "merged weights equal the sharded model's full state dict: True" in text, text
+
+
 def _check_multi_node(text: str, node_rank: int) -> None:
     for local in (0, 1):
         rank = 2 * node_rank + local
@@ -204,6 +222,27 @@ def test_06_colab_kaggle() -> None:
     assert "CudaInitializedError: CUDA was already initialised in this process" in text, text
     assert 'start_method="spawn"' in text
     assert "with spawn (gloo)" in text and "with spawn: 2 ranks returned" in text, text
+
+
+def test_07_config_panel() -> None:
+    text = _execute(_read("07_config_panel.ipynb"))
+    assert re.search(r"^hardware found: CPU", text, re.M), text
+    assert "main_process_ip: give the address of machine 0 when several machines run" in text
+    assert re.search(r"^num_processes: at most \d+: this machine has", text, re.M), text
+    assert "panel.config raises ConfigError" in text and "errors: none" in text
+    assert "accelerator = Accelerator(gradient_accumulation_steps=2, cpu=True)" in text, text
+    assert "start_method='fork'" in text and "max_restarts=1" in text
+    for line in ("gradient_accumulation_steps: 2", "start_method: fork", "max_restarts: 1"):
+        assert re.search(rf"^{line}$", text, re.M), f"{line!r} not saved:\n{text}"
+    assert "loaded into a new panel, same values: True" in text
+    assert "the file the CLI reads equals panel.config: True" in text
+    for rank in (0, 1):
+        assert _number(rf"rank {rank}: test accuracy ([0-9.]+) on 389 images", text) >= 0.90
+    assert re.search(r"^Finished: 2 ranks, [0-9.]+ s elapsed$", text, re.M), text
+    assert re.search(r"rank 0: finished, progress 132/132, [0-9.]+ steps/s", text), text
+    assert "LaunchStopped: the launch was stopped on request" in text, text
+    assert re.search(r"^Stopped: 2 ranks", text, re.M), text
+    assert text.count("(Stop button)") == 2, text
 
 
 @pytest.mark.parametrize(
