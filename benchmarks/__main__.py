@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
+from . import summary
 from .registry import BENCHMARKS
 
 
@@ -17,11 +19,25 @@ def _parser() -> argparse.ArgumentParser:
         epilog=f"benchmarks:\n{names}\n  all                every benchmark above, in turn",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("benchmark", choices=[*BENCHMARKS, "all"], help="what to run")
+    parser.add_argument(
+        "benchmark", nargs="+", choices=[*BENCHMARKS, "all"], help="what to run (one or more)"
+    )
     parser.add_argument(
         "--no-write",
         action="store_true",
         help="print the results only; leave the JSON, docs/benchmarks.md and the plot alone",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: tiny sizes, 1 counted repetition, no spawn subjects unless asked "
+        "for; implies --no-write (figures from it mean nothing)",
+    )
+    parser.add_argument(
+        "--no-peers",
+        action="store_true",
+        help="run only nbaccel and the hand-written / plain-torch baselines (for CI smoke tests "
+        "where the bench extra is not installed); implies --no-write",
     )
     for bench in BENCHMARKS.values():
         bench.add_arguments(parser)
@@ -30,10 +46,27 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen benchmark(s); a peer that is missing or fails raises (non-zero exit)."""
-    options = _parser().parse_args(argv)
-    chosen = list(BENCHMARKS) if options.benchmark == "all" else [options.benchmark]
-    for name in chosen:
+    parser = _parser()
+    options = parser.parse_args(argv)
+    if options.quick or options.no_peers:
+        options.no_write = True
+    if options.quick:
+        for bench in BENCHMARKS.values():
+            for name, value in bench.quick.items():
+                if getattr(options, name) == parser.get_default(name):
+                    setattr(options, name, value)
+    chosen = list(BENCHMARKS) if "all" in options.benchmark else options.benchmark
+    timings: list[tuple[str, float]] = []
+    for name in dict.fromkeys(chosen):
+        print(f"== {name}", flush=True)
+        started = time.monotonic()
         BENCHMARKS[name].run(options)
+        timings.append((name, time.monotonic() - started))
+        print(f"== {name}: {timings[-1][1]:.0f} s", flush=True)
+    if not options.no_write:
+        summary.update()  # the targets-at-a-glance table, from every results file there is
+    if len(timings) > 1:
+        print("== took: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings))
     return 0
 
 

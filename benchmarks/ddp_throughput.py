@@ -222,12 +222,12 @@ def _repetition(subject: str, config: Config) -> dict[str, Any]:
     return result
 
 
-def _measure(config: Config) -> dict[str, list[dict[str, Any]]]:
+def _measure(config: Config, subjects: list[str]) -> dict[str, list[dict[str, Any]]]:
     """One warm-up repetition, then ``config.reps`` rounds, subjects alternating a b c a b c."""
-    runs: dict[str, list[dict[str, Any]]] = {subject: [] for subject in SUBJECTS}
+    runs: dict[str, list[dict[str, Any]]] = {subject: [] for subject in subjects}
     for rep in range(config.reps + 1):
         label = "warm-up" if rep == 0 else f"rep {rep}/{config.reps}"
-        for subject in SUBJECTS:
+        for subject in subjects:
             result = _repetition(subject, config)
             print(
                 f"  {label:<10} {SUBJECTS[subject]:<27} {result['samples_per_s']:9.0f} samples/s",
@@ -366,16 +366,17 @@ def _plot(payload: dict[str, Any], path: Any) -> None:
 
 def run(options: argparse.Namespace) -> None:
     """Measure, print the table, and (unless ``--no-write``) write JSON, docs and plot."""
-    versions = harness.require("torch", "nbaccel", "accelerate", "matplotlib")
+    versions = harness.require_subjects(options, ("torch", "nbaccel"), ("accelerate", "matplotlib"))
+    subjects = [s for s in SUBJECTS if s != "accelerate" or not getattr(options, "no_peers", False)]
     config = _config(options)
     print(
-        f"{NAME}: {len(SUBJECTS)} subjects x ({config.reps} + 1 warm-up) reps, "
+        f"{NAME}: {len(subjects)} subjects x ({config.reps} + 1 warm-up) reps, "
         f"{config.steps} timed steps each, {config.world_size} ranks x {config.threads} "
         "thread(s)",
         flush=True,
     )
     machine = harness.machine_description(versions)
-    runs = _measure(config)
+    runs = _measure(config, subjects)
     _check_same_training(runs)
     machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     payload = {

@@ -21,10 +21,16 @@ __all__ = [
     "IMG_DIR",
     "RESULTS_DIR",
     "ROOT",
+    "finish_machine",
     "launch_ranks",
     "machine_description",
+    "machine_markdown",
+    "prewarm_imports",
     "rank_environment",
     "require",
+    "require_subjects",
+    "resolve",
+    "save_figure",
     "summarise",
     "threads_per_process",
     "update_docs_section",
@@ -56,9 +62,25 @@ def require(*distributions: str) -> dict[str, str]:
     if missing:
         raise SystemExit(
             f"The benchmark needs {', '.join(missing)}, which is not installed. Install the "
-            "peers with: pip install -e '.[bench]'  (or: pip install accelerate matplotlib)"
+            "peers with: pip install -e '.[bench]'  (accelerate, lightning, matplotlib, "
+            "jupyter_client, ipykernel). A missing peer fails the run; it is never skipped."
         )
     return versions
+
+
+def require_subjects(options: Any, own: tuple[str, ...], peers: tuple[str, ...]) -> dict[str, str]:
+    """:func:`require` ``own`` and, unless ``--no-peers`` was given, ``peers`` too."""
+    if getattr(options, "no_peers", False):
+        return require(*own)
+    return require(*own, *peers)
+
+
+def resolve(options: Any, name: str, full: Any, quick: Any) -> Any:
+    """The value of option ``name``: as given, else ``quick`` under ``--quick``, else ``full``."""
+    value = getattr(options, name, None)
+    if value is not None:
+        return value
+    return quick if getattr(options, "quick", False) else full
 
 
 # -- processes ------------------------------------------------------------------------------
@@ -88,6 +110,14 @@ def rank_environment(local_rank: int, world_size: int, port: int, threads: int) 
     }
 
 
+def prewarm_imports() -> None:
+    """Import in this process what every forked rank would import for itself: the first
+    optimizer a process builds imports ``torch._dynamo`` (about 2 s). It starts no thread, so
+    forked ranks stay clean; they only start faster. The subjects' own frameworks are not
+    imported here (each rank pays for its own; the timed sections start after set-up)."""
+    import torch._dynamo  # noqa: F401
+
+
 def launch_ranks(
     worker: Callable[..., None], args: tuple[Any, ...], world_size: int
 ) -> dict[str, Any]:
@@ -100,6 +130,7 @@ def launch_ranks(
     """
     import torch.multiprocessing as mp
 
+    prewarm_imports()
     with tempfile.TemporaryDirectory(prefix="nbaccel-bench-") as tmp:
         result_path = os.path.join(tmp, "rank0.json")
         mp.start_processes(
@@ -180,6 +211,42 @@ def machine_description(versions: dict[str, str]) -> dict[str, Any]:
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def finish_machine(machine: dict[str, Any], started: float) -> dict[str, Any]:
+    """Add the load average at the end and the benchmark's wall time to ``machine``."""
+    import time
+
+    machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    machine["wall_seconds"] = round(time.monotonic() - started, 1)
+    return machine
+
+
+def machine_markdown(machine: dict[str, Any], command: str) -> str:
+    """A paragraph that says where and how the figures were taken."""
+    versions = ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
+    end = machine.get("load_average_at_end")
+    load = f"{machine['load_average_at_start']} at the start" + (
+        f", {end} at the end" if end else ""
+    )
+    return (
+        f"Machine: {machine['cpu_model']}, {machine['usable_cores']} usable cores, "
+        f"{machine['memory_gib']} GiB; {machine['os']}; Python {machine['python']}; {versions}; "
+        f"commit {machine['nbaccel_commit']}; {machine['date']}; load average (1, 5, 15 min) "
+        f"{load}; the run took {machine.get('wall_seconds', '?')} s. Command: `{command}`."
+    )
+
+
+def save_figure(fig: Any, name: str) -> Path:
+    """Save a matplotlib figure as ``docs/img/<name>.png`` and close it."""
+    import matplotlib.pyplot as plt
+
+    IMG_DIR.mkdir(parents=True, exist_ok=True)
+    path = IMG_DIR / f"{name}.png"
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 # -- results and docs -----------------------------------------------------------------------

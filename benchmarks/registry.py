@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from . import checkpoint, ddp_throughput, launch_latency
+from . import (
+    checkpoint,
+    collectives,
+    ddp_throughput,
+    fsdp_memory,
+    launch_latency,
+    scaling,
+)
 
 __all__ = ["BENCHMARKS", "Benchmark"]
 
@@ -20,34 +28,29 @@ class Benchmark:
         summary: one line for ``--help``.
         add_arguments: adds the benchmark's own options (in its own group) to the parser.
         run: runs the benchmark with the parsed options; raises when a subject fails.
+        quick: option values that ``--quick`` puts in place of the defaults (for a benchmark
+            whose options have fixed defaults; the others read ``options.quick`` themselves).
     """
 
     name: str
     summary: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], None]
+    quick: dict[str, Any] = field(default_factory=dict)
+
+
+def _module(module: Any, **quick: Any) -> Benchmark:
+    return Benchmark(module.NAME, module.SUMMARY, module.add_arguments, module.run, quick)
 
 
 BENCHMARKS: dict[str, Benchmark] = {
     bench.name: bench
     for bench in (
-        Benchmark(
-            name=ddp_throughput.NAME,
-            summary=ddp_throughput.SUMMARY,
-            add_arguments=ddp_throughput.add_arguments,
-            run=ddp_throughput.run,
-        ),
-        Benchmark(
-            name=checkpoint.NAME,
-            summary=checkpoint.SUMMARY,
-            add_arguments=checkpoint.add_arguments,
-            run=checkpoint.run,
-        ),
-        Benchmark(
-            name=launch_latency.NAME,
-            summary=launch_latency.SUMMARY,
-            add_arguments=launch_latency.add_arguments,
-            run=launch_latency.run,
-        ),
+        _module(ddp_throughput, reps=1, steps=20, warmup_steps=2),
+        _module(checkpoint, checkpoint_params=2_000_000, checkpoint_repeats=1),
+        _module(launch_latency),
+        _module(collectives),
+        _module(scaling),
+        _module(fsdp_memory),
     )
 }

@@ -1,0 +1,296 @@
+"""The scaling picture: training samples/s at 1, 2 and 4 CPU processes (gloo), nbaccel's
+Accelerator vs the hand-written DDP loop, with ``ddp_throughput``'s model, data and loop; and,
+where a CUDA GPU is at hand, a GPT-style model in bf16 on one GPU (``benchmarks/gpt_bf16.py``).
+
+Each rank trains ``batch_size`` samples per step (the global batch grows with the processes),
+with the usable cores shared out between the ranks (at least one thread each, so 4 processes on
+2 cores oversubscribe them: that is part of the picture). Per process count: one uncounted
+warm-up repetition per subject, then the counted ones, subjects alternating, fresh processes
+each time; every subject must end with the same parameters as the hand-written loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from dataclasses import asdict, replace
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from . import ddp_throughput as ddp
+from . import gpt_bf16, harness
+
+__all__ = ["NAME", "SUMMARY", "add_arguments", "run"]
+
+NAME = "scaling"
+SUMMARY = "samples/s at 1, 2, 4 CPU processes, nbaccel vs hand-written DDP; GPT bf16 on a GPU"
+SUBJECTS = {"torch_ddp": "hand-written torch DDP", "nbaccel": "nbaccel Accelerator"}
+BASELINE = "torch_ddp"
+
+
+def _worker(local_rank: int, port: int, result_path: str, subject: str, config: Any) -> None:
+    """One rank of one repetition (``ddp_throughput``'s loop; one process works too)."""
+    os.environ.update(harness.rank_environment(local_rank, config.world_size, port, config.threads))
+    torch.set_num_threads(config.threads)
+    model, optimizer, data = ddp._build(config)
+    prepared = ddp._SETUPS[subject](model, optimizer, data, config)
+    torch.set_num_threads(config.threads)
+    if not dist.is_initialized():  # one process: nbaccel needs no group; the clock does
+        dist.init_process_group("gloo")
+    batches = iter(prepared.loader)
+    ddp._train(prepared, batches, config.warmup_steps)
+    dist.barrier()
+    started = time.perf_counter()
+    loss = ddp._train(prepared, batches, config.steps)
+    dist.barrier()
+    seconds = time.perf_counter() - started
+    inner = getattr(prepared.model, "module", prepared.model)
+    if dist.get_rank() == 0:
+        harness.write_result(
+            result_path,
+            {
+                "seconds": seconds,
+                "samples": config.steps * config.batch_size * config.world_size,
+                "threads": torch.get_num_threads(),
+                "last_loss": float(loss.detach()),
+                "checksum": sum(float(p.detach().double().sum()) for p in inner.parameters()),
+            },
+        )
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# -- options -----------------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """This benchmark's options."""
+    group = parser.add_argument_group(NAME)
+    group.add_argument("--scaling_reps", type=int, default=None, help="counted reps (5)")
+    group.add_argument("--scaling_steps", type=int, default=None, help="timed steps per rep (150)")
+    group.add_argument("--scaling_worlds", default=None, help="process counts (default 1,2,4)")
+    group.add_argument("--gpt_reps", type=int, default=None, help="GPU: counted reps (5)")
+    group.add_argument("--gpt_steps", type=int, default=None, help="GPU: timed steps (20)")
+    group.add_argument("--gpt_batch", type=int, default=None, help="GPU: sequences per step (8)")
+    group.add_argument(
+        "--gpt_peak_tflops", type=float, default=None, help="GPU: dense bf16 peak for the MFU"
+    )
+    group.add_argument(
+        "--gpt_device", default=None, help=argparse.SUPPRESS
+    )  # development only: run the GPT part on another device (e.g. a tiny one on "cpu")
+
+
+# -- CPU ---------------------------------------------------------------------------------------
+def _cpu(options: argparse.Namespace, subjects: list[str]) -> dict[str, Any]:
+    reps = harness.resolve(options, "scaling_reps", 5, 1)
+    steps = harness.resolve(options, "scaling_steps", 150, 10)
+    worlds = [
+        int(w) for w in str(harness.resolve(options, "scaling_worlds", "1,2,4", "1,2")).split(",")
+    ]
+    if reps < 1 or steps < 1 or not worlds or min(worlds) < 1:
+        raise SystemExit("scaling: --scaling_reps, --scaling_steps >= 1; worlds >= 1.")
+    out: dict[str, Any] = {}
+    for world in worlds:
+        config = ddp.Config(
+            world_size=world,
+            steps=steps,
+            warmup_steps=10,
+            reps=reps,
+            threads=harness.threads_per_process(world),
+        )
+        runs: dict[str, list[dict[str, Any]]] = {s: [] for s in subjects}
+        for rep in range(reps + 1):
+            for subject in subjects:
+                result = harness.launch_ranks(_worker, (subject, config), world)
+                if result["threads"] != config.threads:
+                    raise RuntimeError(
+                        f"{SUBJECTS[subject]} ran with {result['threads']} "
+                        f"threads, not {config.threads}."
+                    )
+                result["samples_per_s"] = result["samples"] / result["seconds"]
+                print(
+                    f"  {world} procs {'warm-up' if rep == 0 else f'rep {rep}/{reps}':<10} "
+                    f"{SUBJECTS[subject]:<24} {result['samples_per_s']:9.0f} samples/s",
+                    flush=True,
+                )
+                if rep:
+                    runs[subject].append(result)
+        _check_alike(runs)
+        base = statistics.median(r["samples_per_s"] for r in runs[BASELINE])
+        out[str(world)] = {
+            "config": asdict(config),
+            "subjects": {
+                s: {
+                    "label": SUBJECTS[s],
+                    "samples_per_s": harness.summarise([r["samples_per_s"] for r in results]),
+                    "ratio_to_hand_written": statistics.median(r["samples_per_s"] for r in results)
+                    / base,
+                }
+                for s, results in runs.items()
+            },
+            "runs": runs,
+        }
+    if "1" in out:
+        for by_world in out.values():
+            for subject, item in by_world["subjects"].items():
+                one = out["1"]["subjects"][subject]["samples_per_s"]["median"]
+                world = by_world["config"]["world_size"]
+                item["speedup_vs_1"] = item["samples_per_s"]["median"] / one
+                item["efficiency"] = item["speedup_vs_1"] / world
+    return out
+
+
+def _check_alike(runs: dict[str, list[dict[str, Any]]]) -> None:
+    reference = runs[BASELINE][0]["checksum"]
+    for subject, results in runs.items():
+        for result in results:
+            if abs(result["checksum"] - reference) > 1e-6 * max(1.0, abs(reference)):
+                raise RuntimeError(
+                    f"{SUBJECTS[subject]} ended with parameter sum {result['checksum']!r}, the "
+                    f"hand-written loop with {reference!r}: they did not train alike."
+                )
+
+
+# -- GPU ---------------------------------------------------------------------------------------
+def _gpu(options: argparse.Namespace) -> dict[str, Any]:
+    device = getattr(options, "gpt_device", None)
+    if device is None:
+        if getattr(options, "no_peers", False) and getattr(options, "quick", False):
+            return {"ran": False, "reason": "not attempted in a --quick --no-peers smoke run"}
+        if not torch.cuda.is_available():
+            reason = (
+                "no CUDA GPU was found on this machine (torch.cuda.is_available() is False, "
+                f"torch {torch.__version__}), so the GPT-style bf16 measurement was not run"
+            )
+            print(f"  GPU part NOT RUN: {reason}", flush=True)
+            return {"ran": False, "reason": reason}
+        device = "cuda"
+    quick = getattr(options, "quick", False) or device != "cuda"
+    base = gpt_bf16.GPTConfig()
+    if quick:
+        base = replace(base, layers=2, heads=2, width=64, sequence=64, vocab=512, warmup_steps=1)
+    config = replace(
+        base,
+        device=device,
+        reps=harness.resolve(options, "gpt_reps", base.reps, 1),
+        steps=harness.resolve(options, "gpt_steps", base.steps, 3),
+        batch_size=harness.resolve(options, "gpt_batch", base.batch_size, 2),
+    )
+    return gpt_bf16.measure(config, options.gpt_peak_tflops)
+
+
+# -- report ------------------------------------------------------------------------------------
+def _markdown(payload: dict[str, Any]) -> str:
+    cpu = payload["cpu"]
+    rows = [
+        "| Processes | threads each | Subject | samples/s median (min - max) | vs hand-written"
+        " | speed-up vs 1 process | efficiency |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for world, by_world in cpu.items():
+        for item in by_world["subjects"].values():
+            s = item["samples_per_s"]
+            speed = f"{item['speedup_vs_1']:.2f}x" if "speedup_vs_1" in item else "-"
+            eff = f"{100 * item['efficiency']:.0f}%" if "efficiency" in item else "-"
+            rows.append(
+                f"| {world} | {by_world['config']['threads']} | {item['label']} | "
+                f"{s['median']:,.0f} ({s['min']:,.0f} - {s['max']:,.0f}) | "
+                f"**{item['ratio_to_hand_written']:.3f}x** | {speed} | {eff} |"
+            )
+    config = next(iter(cpu.values()))["config"]
+    return f"""## Scaling picture (`scaling`)
+
+### CPU: samples/s at {", ".join(cpu)} processes
+
+`ddp_throughput`'s model ({config["layers"]} x Linear({config["features"]}, {config["features"]})
++ ReLU, then Linear({config["features"]}, {config["classes"]}); SGD with momentum) and loop,
+{config["batch_size"]} samples per rank per step (the global batch grows with the processes),
+{config["steps"]} timed steps after {config["warmup_steps"]}, gloo; the usable cores are shared
+out between the ranks (at least one thread each: 4 processes on 2 cores oversubscribe them), so
+on a machine whose one process already has every usable core, more processes add gradient
+all-reduces over gloo, not compute: the curve shows what DDP's communication costs here.
+Hand-written: `torch.distributed` + `DistributedDataParallel`, also on a one-process group (as
+a script written for N processes runs with N = 1); nbaccel: `Accelerator(cpu=True)` +
+`prepare`, which wraps nothing in DDP on one process (nor does Accelerate).
+{config["reps"]} repetitions per subject after one warm-up, subjects alternating, fresh
+processes each time; every subject ends with the same parameters (checked). Speed-up =
+samples/s / samples/s at 1 process; efficiency = speed-up / processes.
+
+{chr(10).join(rows)}
+
+{gpt_bf16.markdown(payload["gpu"])}
+
+Every repetition is in `benchmarks/results/{NAME}.json`.
+
+{harness.machine_markdown(payload["machine"], f"python -m benchmarks {NAME}")}
+
+![{NAME}](img/{NAME}.png)
+"""
+
+
+def _plot(payload: dict[str, Any]) -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cpu = payload["cpu"]
+    worlds = [int(w) for w in cpu]
+    fig, ax = plt.subplots(figsize=(7, 4.4), dpi=120)
+    for subject, label in SUBJECTS.items():
+        if subject not in cpu[str(worlds[0])]["subjects"]:
+            continue
+        stats = [cpu[str(w)]["subjects"][subject]["samples_per_s"] for w in worlds]
+        med = [s["median"] for s in stats]
+        ax.errorbar(
+            worlds,
+            med,
+            yerr=[
+                [m - s["min"] for m, s in zip(med, stats, strict=True)],
+                [s["max"] - m for m, s in zip(med, stats, strict=True)],
+            ],
+            marker="o",
+            capsize=4,
+            label=label,
+        )
+    if "1" in cpu:  # one process already has every usable core: more add no compute here
+        one = cpu["1"]["subjects"][BASELINE]["samples_per_s"]["median"]
+        ax.axhline(one, color="k", linestyle=":", alpha=0.5, label="hand-written, 1 process")
+    ax.set_xticks(worlds)
+    ax.set_xlabel("processes")
+    ax.set_ylabel("samples/s (median; bars min-max)")
+    machine = payload["machine"]
+    ax.set_title(
+        f"CPU scaling (gloo), {machine['cpu_model']}, {machine['usable_cores']} cores", fontsize=10
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def run(options: argparse.Namespace) -> None:
+    """Measure, print, and (unless --no-write) write JSON, docs section and plot."""
+    started = time.monotonic()
+    versions = harness.require_subjects(options, ("torch", "nbaccel"), ("matplotlib",))
+    print(
+        f"{NAME}: {list(SUBJECTS.values())} at 1, 2, 4 CPU processes; then GPT bf16 on a GPU",
+        flush=True,
+    )
+    machine = harness.machine_description(versions)
+    cpu = _cpu(options, list(SUBJECTS))
+    gpu = _gpu(options)
+    payload = {
+        "benchmark": NAME,
+        "machine": harness.finish_machine(machine, started),
+        "cpu": cpu,
+        "gpu": gpu,
+    }
+    text = _markdown(payload)
+    print(text)
+    if getattr(options, "no_write", False):
+        return
+    harness.write_json(NAME, payload)
+    harness.save_figure(_plot(payload), NAME)
+    harness.update_docs_section(NAME, text)
