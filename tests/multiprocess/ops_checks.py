@@ -111,6 +111,33 @@ def gather_scalars() -> None:
 
 
 @check
+def gather_mixed_dtypes_in_one_call() -> None:
+    """Several tensors of different dtypes and ranks (sent as one buffer) come back as if each
+    had been gathered alone, every process's rows in process order."""
+    rank, world = where()
+    data = {
+        "logits": torch.arange(6, dtype=torch.float32).reshape(2, 3) + 10 * rank,
+        "labels": torch.tensor([rank, -rank, 7], dtype=torch.int64),
+        "mask": torch.tensor([rank % 2 == 0, True]),
+        "half": torch.full((1, 2), rank + 0.5, dtype=torch.bfloat16),
+        "loss": torch.tensor(rank * 1.5, dtype=torch.float64, requires_grad=True),
+        "empty": torch.zeros(0, 4, dtype=torch.int16),
+    }
+    out = gather(data)
+    logits = torch.cat([torch.arange(6.0).reshape(2, 3) + 10 * r for r in range(world)])
+    assert torch.equal(out["logits"], logits)
+    assert out["labels"].tolist() == [v for r in range(world) for v in (r, -r, 7)]
+    assert out["mask"].dtype == torch.bool
+    assert out["mask"].tolist() == [v for r in range(world) for v in (r % 2 == 0, True)]
+    assert out["half"].dtype == torch.bfloat16 and out["half"].shape == (world, 2)
+    assert out["half"][:, 0].tolist() == [r + 0.5 for r in range(world)]
+    assert out["loss"].dtype == torch.float64 and out["loss"].tolist() == [
+        r * 1.5 for r in range(world)
+    ]
+    assert out["empty"].shape == (0, 4) and out["empty"].dtype == torch.int16
+
+
+@check
 def gather_many_tensors() -> None:
     """More tensors than fit in one small layout exchange (the second round)."""
     rank, world = where()
