@@ -1,19 +1,28 @@
 """Checkpoint speed: save_state / load_state of a ~100M-parameter model with AdamW state,
 nbaccel vs Hugging Face Accelerate side by side, and the disk's own speed in the same run.
 
-Run: ``python -m benchmarks.checkpoint [--params 100000000] [--repeats 3] [--dir PATH]``.
-After one untimed warm-up each, the libraries alternate; figures are medians. Every save
-starts with the page cache flushed (``os.sync``, untimed) and every load, and the disk read,
-starts cold (the files are evicted with ``posix_fadvise(DONTNEED)``).
+Run: ``python -m benchmarks checkpoint`` (or ``python -m benchmarks.checkpoint [--params N]
+[--repeats 5] [--dir PATH]``). After one untimed warm-up each, the libraries alternate
+(nbaccel first in even repetitions, Accelerate first in odd ones); figures are medians. Both
+libraries are treated alike: every save starts with no dirty data in the page cache
+(``os.sync``, untimed) and writes into a new directory; every load starts cold (the
+checkpoint's files are evicted from the page cache with ``posix_fadvise(DONTNEED)``, untimed).
+Each checkpoint is loaded twice: into the live objects (the optimizer has state: loading it
+back mid-run) and after ``optimizer.state.clear()`` (an optimizer that has not stepped yet,
+as in a fresh process that resumes), in alternating order, so that neither kind is always
+the one right after the save. The disk is measured in the same run, once per
+repetition: the checkpoint's byte count written to one file by one thread (buffered, and with
+``fsync``) and read back cold by one thread.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import gc
 import json
 import logging
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -29,12 +38,16 @@ from torch import nn
 
 __all__ = ["main"]
 
+NAME = "checkpoint"
+SUMMARY = "save_state/load_state of a ~100M-parameter model with AdamW: nbaccel vs Accelerate"
 CHUNK = 16 * 2**20
+LOADS = ("load", "resume")  # into the live optimizer; into one without state
+_LABELS = {"nbaccel": "nbaccel", "accelerate": "Accelerate"}
 
 
 def _model(params: int, seed: int) -> tuple[nn.Module, torch.optim.Optimizer]:
     """Square linear layers totalling about ``params`` parameters, with AdamW state."""
-    width = 2048
+    width = 2048 if params >= 2048 * 2049 * 4 else 256
     layers = max(1, round(params / (width * width + width)))
     torch.manual_seed(seed)
     model = nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)])
@@ -67,13 +80,14 @@ def _timed(function: Callable[[], Any]) -> float:
 
 
 def _disk(directory: Path, nbytes: int) -> dict[str, float]:
-    """Seconds to write ``nbytes`` (buffered, then durable with fsync) and to read them cold."""
+    """Seconds per byte to write ``nbytes`` (buffered, then with fsync) and to read them cold."""
     block = os.urandom(CHUNK)
     path = directory / "disk.bin"
+    count = max(1, nbytes // CHUNK)
 
     def write(durable: bool) -> None:
         with open(path, "wb") as handle:
-            for _ in range(nbytes // CHUNK):
+            for _ in range(count):
                 handle.write(block)
             if durable:
                 handle.flush()
@@ -91,7 +105,7 @@ def _disk(directory: Path, nbytes: int) -> dict[str, float]:
     _evict(directory)
     cold = _timed(read)
     path.unlink()
-    size = nbytes // CHUNK * CHUNK
+    size = count * CHUNK
     return {"write": buffered / size, "write_fsync": durable / size, "read": cold / size}
 
 
@@ -114,30 +128,18 @@ class _Subject:
     def load(self, directory: Path) -> None:
         self.accelerator.load_state(str(directory))
 
-
-def _machine(root: Path) -> dict[str, str]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    usage = shutil.disk_usage(root)
-    return {
-        "cpus": str(os.cpu_count()),
-        "cpu": cpu,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "disk": f"{root} ({usage.total / 1e9:.0f} GB)",
-    }
+    def forget_optimizer_state(self) -> None:
+        """As in a fresh process: the optimizer has no state until it steps or loads."""
+        self.optimizer.optimizer.state.clear()
+        gc.collect()
 
 
-def _run(root: Path, params: int, repeats: int) -> dict[str, Any]:
-    subjects = [_Subject("nbaccel", params), _Subject("accelerate", params)]
-    times: dict[str, dict[str, list[float]]] = {s.name: {"save": [], "load": []} for s in subjects}
+def _run(root: Path, params: int, repeats: int, peers: bool) -> dict[str, Any]:
+    subjects = [_Subject(name, params) for name in ("nbaccel", "accelerate")[: 1 + peers]]
+    kinds = ("save", *LOADS)
+    times: dict[str, dict[str, list[float]]] = {s.name: {k: [] for k in kinds} for s in subjects}
     sizes: dict[str, int] = {}
+    disks: list[dict[str, float]] = []
     for subject in subjects:  # warm-up: the first large write of a process is the slowest
         subject.save(root / "warmup")
         subject.load(root / "warmup")
@@ -145,92 +147,170 @@ def _run(root: Path, params: int, repeats: int) -> dict[str, Any]:
     for repeat in range(repeats):
         for subject in subjects if repeat % 2 == 0 else subjects[::-1]:
             directory = root / f"{subject.name}_{repeat}"
+            measured = times[subject.name]
             os.sync()
-            times[subject.name]["save"].append(_timed(lambda s=subject, d=directory: s.save(d)))
+            measured["save"].append(_timed(functools.partial(subject.save, directory)))
             sizes[subject.name] = sum(p.stat().st_size for p in _files(directory))
-            _evict(directory)
-            times[subject.name]["load"].append(_timed(lambda s=subject, d=directory: s.load(d)))
+            for kind in LOADS if repeat % 2 == 0 else LOADS[::-1]:
+                if kind == "resume":
+                    subject.forget_optimizer_state()
+                _evict(directory)
+                measured[kind].append(_timed(functools.partial(subject.load, directory)))
             shutil.rmtree(directory)
-    disk = _disk(root, sizes["nbaccel"])
-    result: dict[str, Any] = {"params": params, "bytes": sizes, "subjects": {}}
-    for name, measured in times.items():
-        save, load = statistics.median(measured["save"]), statistics.median(measured["load"])
-        result["subjects"][name] = {
-            "save_s": save,
-            "load_s": load,
-            "save_GBps": sizes[name] / save / 1e9,
-            "load_GBps": sizes[name] / load / 1e9,
+        disks.append(_disk(root, sizes["nbaccel"]))  # the disk, alternating with the subjects
+    disk = {k: statistics.median(d[k] for d in disks) for k in disks[0]}
+    result: dict[str, Any] = {"params": params, "repeats": repeats, "bytes": sizes}
+    result["subjects"] = {
+        name: {
+            kind: {
+                "median_s": statistics.median(values),
+                "GBps": sizes[name] / statistics.median(values) / 1e9,
+                "values_s": [round(v, 4) for v in values],
+            }
+            for kind, values in measured.items()
         }
+        for name, measured in times.items()
+    }
     result["disk"] = {f"{k}_GBps": 1 / v / 1e9 for k, v in disk.items()}
+    nb = result["subjects"]["nbaccel"]
+    result["ratios"] = {
+        "vs_disk": {
+            "save": nb["save"]["GBps"] / result["disk"]["write_GBps"],
+            **{k: nb[k]["GBps"] / result["disk"]["read_GBps"] for k in LOADS},
+        },
+    }
+    if peers:
+        hf = result["subjects"]["accelerate"]
+        result["ratios"]["vs_accelerate"] = {
+            k: hf[k]["median_s"] / nb[k]["median_s"] for k in kinds
+        }
     return result
 
 
-def _report(result: dict[str, Any], machine: dict[str, str]) -> str:
-    nb, hf = result["subjects"]["nbaccel"], result["subjects"]["accelerate"]
-    disk = result["disk"]
+def _table(result: dict[str, Any]) -> list[str]:
+    disk, ratios = result["disk"], result["ratios"]
+
+    def cell(row: dict[str, Any]) -> str:
+        return f"{row['median_s']:.2f} s, {row['GBps']:.2f} GB/s"
+
     lines = [
-        f"machine: {machine['cpus']} CPUs, {machine['cpu']}; disk {machine['disk']}; "
-        f"torch {machine['torch']}",
-        f"model: {result['params'] / 1e6:.0f}M parameters + AdamW state; checkpoint "
-        f"{result['bytes']['nbaccel'] / 1e9:.2f} GB (nbaccel), "
-        f"{result['bytes']['accelerate'] / 1e9:.2f} GB (Accelerate)",
-        "",
-        "| | save s | save GB/s | load s (cold) | load GB/s |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| | save | load (cold, into the live optimizer) | load (cold, optimizer without "
+        "state: a resume) |",
+        "| --- | ---: | ---: | ---: |",
     ]
-    for name, row in (("nbaccel", nb), ("Accelerate", hf)):
+    for name, row in result["subjects"].items():
         lines.append(
-            f"| {name} | {row['save_s']:.2f} | {row['save_GBps']:.2f} | {row['load_s']:.2f} | "
-            f"{row['load_GBps']:.2f} |"
+            f"| {_LABELS[name]} | {cell(row['save'])} | {cell(row['load'])} | "
+            f"{cell(row['resume'])} |"
+        )
+    lines.append(
+        f"| disk, the same bytes in one file | {disk['write_GBps']:.2f} GB/s buffered, "
+        f"{disk['write_fsync_GBps']:.2f} GB/s with fsync | {disk['read_GBps']:.2f} GB/s cold "
+        f"| {disk['read_GBps']:.2f} GB/s cold |"
+    )
+    if "vs_accelerate" in ratios:
+        lines.append(
+            f"| nbaccel / Accelerate (speed; > 1: nbaccel faster) | "
+            f"{ratios['vs_accelerate']['save']:.2f}x | {ratios['vs_accelerate']['load']:.2f}x | "
+            f"{ratios['vs_accelerate']['resume']:.2f}x |"
         )
     lines += [
-        f"| disk (same bytes, one file) | | {disk['write_GBps']:.2f} buffered, "
-        f"{disk['write_fsync_GBps']:.2f} with fsync | | {disk['read_GBps']:.2f} |",
-        "",
-        f"nbaccel / Accelerate: save {hf['save_s'] / nb['save_s']:.2f}x, load "
-        f"{hf['load_s'] / nb['load_s']:.2f}x as fast (> 1: nbaccel faster)",
-        f"nbaccel / disk: save {nb['save_GBps'] / disk['write_GBps']:.2f} of the buffered "
-        f"write speed, load {nb['load_GBps'] / disk['read_GBps']:.2f} of the cold read speed",
+        f"| nbaccel / disk (target >= 0.5) | {ratios['vs_disk']['save']:.2f} of buffered "
+        f"write | {ratios['vs_disk']['load']:.2f} of cold read | "
+        f"{ratios['vs_disk']['resume']:.2f} of cold read |",
     ]
-    return "\n".join(lines)
+    return lines
 
 
-NAME = "checkpoint"
-SUMMARY = "save_state/load_state of a ~100M-parameter model with AdamW: nbaccel vs Accelerate"
+def _report(result: dict[str, Any]) -> str:
+    sizes = ", ".join(
+        f"{size / 1e9:.2f} GB ({_LABELS[name]})" for name, size in result["bytes"].items()
+    )
+    return "\n".join(
+        [
+            f"model: {result['params'] / 1e6:.0f}M parameters + AdamW state; checkpoint "
+            f"{sizes}; medians of {result['repeats']}",
+            "",
+            *_table(result),
+        ]
+    )
+
+
+def _markdown(result: dict[str, Any], machine: dict[str, Any]) -> str:
+    from .harness import machine_markdown
+
+    return "\n".join(
+        [
+            "## Checkpoint save and load (`checkpoint`)",
+            "",
+            "`save_state` and `load_state` of a model of square linear layers with AdamW state,",
+            "nbaccel and Accelerate alternating in one process after a warm-up each; medians.",
+            "Saves start with no dirty data in the page cache. Loads start with the checkpoint's",
+            "files evicted from it, into the live objects and, in alternating order, after",
+            "`optimizer.state.clear()` (a fresh process resuming: its optimizer has no state",
+            "until it loads). The disk row writes the same number of bytes to one file and reads",
+            "them back cold with one thread, once per repetition in the same run (medians).",
+            "",
+            _report(result),
+            "",
+            machine_markdown(machine, f"python -m benchmarks {NAME}"),
+        ]
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """This benchmark's options (prefixed, so they do not clash with the others')."""
     group = parser.add_argument_group("checkpoint")
     group.add_argument("--checkpoint_params", type=int, default=100_000_000, help="parameters")
-    group.add_argument("--checkpoint_repeats", type=int, default=5, help="runs per library")
+    group.add_argument(
+        "--checkpoint_repeats", type=int, default=5, help="timed runs per library (median)"
+    )
     group.add_argument("--checkpoint_dir", default=None, help="where to write (default: temp)")
 
 
+def _measure(params: int, repeats: int, where: str | None, peers: bool = True) -> dict[str, Any]:
+    logging.getLogger("accelerate").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    parent = Path(where) if where else None
+    if parent is not None:
+        parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=parent, prefix="nbaccel-ckpt-bench-") as name:
+        result = _run(Path(name), params, repeats, peers)
+        result["directory"] = str(parent or Path(name).parent)
+    return result
+
+
 def run(options: argparse.Namespace) -> None:
-    """Run from ``python -m benchmarks``: prints the table, writes results/checkpoint.json."""
-    results = Path(__file__).resolve().parent / "results" / "checkpoint.json"
-    argv = [
-        "--params",
-        str(options.checkpoint_params),
-        "--repeats",
-        str(options.checkpoint_repeats),
-        "--json",
-        str(results),
-    ]
-    if options.checkpoint_dir:
-        argv += ["--dir", options.checkpoint_dir]
-    if main(argv) != 0:
-        raise RuntimeError("the checkpoint benchmark failed (is accelerate installed?)")
+    """From ``python -m benchmarks``: print the table; unless ``--no-write``, write
+    ``benchmarks/results/checkpoint.json`` and this benchmark's section of the docs."""
+    from . import harness
+
+    peers = not getattr(options, "no_peers", False)
+    versions = harness.require("torch", "nbaccel", *(["accelerate"] if peers else []))
+    started = time.monotonic()
+    machine = harness.machine_description(versions)
+    result = _measure(
+        options.checkpoint_params, options.checkpoint_repeats, options.checkpoint_dir, peers
+    )
+    harness.finish_machine(machine, started)
+    print(_report(result))
+    print(
+        f"load average: {machine['load_average_at_start']} at the start, "
+        f"{machine['load_average_at_end']} at the end"
+    )
+    if getattr(options, "no_write", False):
+        return
+    json_path = harness.write_json(NAME, {"benchmark": NAME, "machine": machine, **result})
+    docs_path = harness.update_docs_section(NAME, _markdown(result, machine))
+    print(f"wrote {json_path}, {docs_path}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark, print a markdown table; ``--json`` also writes the figures."""
+    """Run the benchmark and print a markdown table; ``--json`` also writes the figures."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.checkpoint", description=__doc__)
     parser.add_argument("--params", type=int, default=100_000_000, help="model parameters")
-    parser.add_argument(
-        "--repeats", type=int, default=5, help="saves and loads per library (median)"
-    )
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per library")
     parser.add_argument("--dir", default=None, help="where to write (default: a temp directory)")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     options = parser.parse_args(argv)
@@ -239,18 +319,13 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("accelerate is not installed: pip install accelerate", file=sys.stderr)
         return 2
-    logging.getLogger("accelerate").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore")
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
-    parent = Path(options.dir) if options.dir else None
-    if parent is not None:
-        parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=parent, prefix="nbaccel-ckpt-bench-") as name:
-        root = Path(name)
-        machine = _machine(root)
-        result = _run(root, options.params, options.repeats)
-    result["machine"] = machine
-    print(_report(result, machine))
+    load = os.getloadavg()
+    result = _measure(options.params, options.repeats, options.dir)
+    print(_report(result))
+    print(
+        f"load average: {[round(x, 2) for x in load]} at the start, "
+        f"{[round(x, 2) for x in os.getloadavg()]} at the end"
+    )
     if options.json:
         Path(options.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
     return 0

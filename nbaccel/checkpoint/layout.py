@@ -27,6 +27,7 @@ __all__ = [
     "fsync_file",
     "model_file",
     "numbered",
+    "partial_name",
     "publish",
     "read_manifest",
     "remove_stale_staging",
@@ -199,10 +200,15 @@ def verify_manifest(directory: Path, manifest: dict[str, Any], names: list[str])
             )
 
 
+def partial_name(path: Path) -> Path:
+    """The hidden name ``path`` is written under before it is renamed into place."""
+    return path.parent / f".{path.name}.partial-{os.getpid()}"
+
+
 @contextlib.contextmanager
 def atomic_file(path: Path) -> Iterator[Path]:
     """Yield a temporary name next to ``path``; renamed to ``path`` when the block succeeds."""
-    temporary = path.parent / f".{path.name}.partial-{os.getpid()}"
+    temporary = partial_name(path)
     try:
         yield temporary
         os.replace(temporary, path)

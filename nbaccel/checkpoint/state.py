@@ -1,7 +1,9 @@
 """The files of a training-state checkpoint: writing them into a directory and loading them.
 
-Layout (Accelerate's names): ``model.safetensors`` (or ``pytorch_model.bin``), ``model_1...``;
-``optimizer.bin``; ``scheduler.bin``; ``dl_state_dict.bin``; ``scaler.pt``;
+Layout (Accelerate's names where the format is Accelerate's): ``model.safetensors`` (or
+``pytorch_model.bin``), ``model_1...``; ``optimizer.safetensors`` (see :mod:`.optimizer_files`;
+``optimizer.bin`` with ``safe_serialization=False``, for states the format cannot hold, and in
+checkpoints of earlier versions); ``scheduler.bin``; ``dl_state_dict.bin``; ``scaler.pt``;
 ``custom_checkpoint_{i}.pkl``; one ``random_states_{rank}.pkl`` per process; and
 ``checkpoint.json``. Every ``.bin``/``.pt``/``.pkl`` file is a ``torch.save`` file holding only
 tensors and plain values, read with ``torch.load(weights_only=True)``.
@@ -9,7 +11,7 @@ tensors and plain values, read with ``torch.load(weights_only=True)``.
 
 from __future__ import annotations
 
-import concurrent.futures
+import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -17,9 +19,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from .files import load_object, load_tensors_into, save_object, save_tensors
+from .files import load_object, load_tensors_into, save_object, tensor_file
 from .layout import model_file, numbered, read_manifest, verify_manifest
+from .optimizer_files import load_optimizer_state, optimizer_file
 from .rng import capture_rng, restore_rng
+from .tensorfile import tensor_files_written
 
 __all__ = ["StateObjects", "load_state_files", "save_state_files", "state_file_names"]
 
@@ -46,7 +50,8 @@ def _names(kind: str, count: int) -> list[str]:
 def state_file_names(objects: StateObjects, safe_serialization: bool) -> list[str]:
     """The files the writing process puts in a checkpoint for ``objects``."""
     names = [model_file(i, safe_serialization) for i in range(len(objects.weights))]
-    names += _names("optimizer", len(objects.optimizers))
+    extension = "safetensors" if safe_serialization else "bin"  # (or .bin: see optimizer_file)
+    names += [numbered("optimizer", i, extension) for i in range(len(objects.optimizers))]
     names += _names("scheduler", len(objects.schedulers))
     names += _names("dl_state_dict", len(objects.dataloaders))
     names += _names("custom_checkpoint", len(objects.custom))
@@ -55,13 +60,27 @@ def state_file_names(objects: StateObjects, safe_serialization: bool) -> list[st
     return names
 
 
-def _save_weights(directory: Path, objects: StateObjects, safe_serialization: bool) -> None:
+def _tensor_files(
+    directory: Path, objects: StateObjects, safe_serialization: bool
+) -> tuple[list[Any], list[tuple[Any, Path]]]:
+    """The safetensors files to write (weights and optimizer states), and the objects left
+    for ``torch.save`` (everything with ``safe_serialization=False``)."""
+    files: list[Any] = []
+    pickled: list[tuple[Any, Path]] = []
     for i, weights in enumerate(objects.weights):
-        path = directory / model_file(i, safe_serialization)
         if safe_serialization:
-            save_tensors(weights, path)
+            files.append(tensor_file(weights, directory / model_file(i, True)))
         else:
-            save_object(weights, path)
+            pickled.append((weights, directory / model_file(i, False)))
+    for i, optimizer in enumerate(objects.optimizers):
+        state = optimizer.state_dict()
+        path = directory / numbered("optimizer", i, "safetensors")
+        prepared = optimizer_file(state, path) if safe_serialization else None
+        if prepared is not None:
+            files.append(prepared)
+        else:  # Accelerate's format: torch.save
+            pickled.append((state, directory / numbered("optimizer", i, "bin")))
+    return files, pickled
 
 
 def save_state_files(
@@ -80,12 +99,13 @@ def save_state_files(
     random number generator states and ``counters`` (``random_states_{rank}.pkl``).
     """
     if writer:
-        # the weights are written from a second thread (plain file writes release the GIL)
-        # while torch.save writes the optimizers: the two files fill the page cache together
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            weights_written = pool.submit(_save_weights, directory, objects, safe_serialization)
+        # weights and optimizer states are written by a few threads in the background (see
+        # transfer.py) while this thread torch.saves the small objects
+        files, pickled = _tensor_files(directory, objects, safe_serialization)
+        with tensor_files_written(files) if files else contextlib.nullcontext():
+            for obj, path in pickled:
+                save_object(obj, path)
             groups = (
-                ("optimizer", objects.optimizers),
                 ("scheduler", objects.schedulers),
                 ("dl_state_dict", objects.dataloaders),
                 ("custom_checkpoint", objects.custom),
@@ -95,7 +115,6 @@ def save_state_files(
                     save_object(item.state_dict(), directory / name)
             if objects.scaler is not None:
                 save_object(objects.scaler.state_dict(), directory / "scaler.pt")
-            weights_written.result()
     save_object(
         {"rng": capture_rng(), **counters}, directory / f"random_states_{process_index}.pkl"
     )
@@ -134,6 +153,21 @@ def _load_model(model: nn.Module, files: _Checked, index: int, strict: bool) -> 
         raise RuntimeError(
             f"The weights in {path} do not fit model {index} ({type(model).__name__}): {error}"
         ) from error
+
+
+def _load_optimizer(optimizer: Any, files: _Checked, index: int) -> None:
+    """From ``optimizer.safetensors`` (read into the current state where it fits), else from
+    ``optimizer.bin`` (``safe_serialization=False``, or a checkpoint of an earlier version)."""
+    safe, pickled = (numbered("optimizer", index, kind) for kind in ("safetensors", "bin"))
+    if files.manifest is not None:
+        old_format = pickled in files.manifest.get("files", {})
+    else:
+        old_format = not (files.directory / safe).exists()
+    if old_format:
+        state = load_object(files(pickled))
+    else:
+        state = load_optimizer_state(files(safe), optimizer.state_dict())
+    optimizer.load_state_dict(state)
 
 
 def _load_loader(loader: Any, state: dict[str, int]) -> None:
@@ -178,10 +212,8 @@ def load_state_files(
     _check_custom_count(directory, len(objects.custom))
     for i, model in enumerate(objects.models):
         _load_model(model, files, i, strict)
-    for name, optimizer in zip(
-        _names("optimizer", len(objects.optimizers)), objects.optimizers, strict=True
-    ):
-        optimizer.load_state_dict(load_object(files(name)))
+    for i, optimizer in enumerate(objects.optimizers):
+        _load_optimizer(optimizer, files, i)
     for name, scheduler in zip(
         _names("scheduler", len(objects.schedulers)), objects.schedulers, strict=True
     ):

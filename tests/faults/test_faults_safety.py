@@ -78,12 +78,13 @@ def test_crafted_pickle_in_a_checkpoint_is_refused_and_never_runs(
     path = Path(acc.save_state(tmp_path / "ck", safe_serialization=safe))
     sentinel = tmp_path / "pwned"
     if name == "scheduler-less":  # a raw pickle (no torch.save zip) in optimizer.bin
-        name = "optimizer.bin"
+        name = "optimizer.bin"  # the torch.save format (safe_serialization=False, or older)
+        (path / "optimizer.safetensors").unlink()
         (path / name).write_bytes(pickle.dumps(fh.Evil(str(sentinel)), protocol=2))
     else:
         torch.save({"state": fh.Evil(str(sentinel))}, path / name)
     manifest = json.loads((path / "checkpoint.json").read_text())
-    manifest["files"] = {n: (path / n).stat().st_size for n in manifest["files"]}
+    manifest["files"] = {p.name: p.stat().st_size for p in path.iterdir() if p.suffix != ".json"}
     (path / "checkpoint.json").write_text(json.dumps(manifest))  # the size check passes
     from nbaccel.testing import reset_state
 
@@ -93,6 +94,42 @@ def test_crafted_pickle_in_a_checkpoint_is_refused_and_never_runs(
     error = info.value if isinstance(info.value, WorkerError) else info.value.__cause__
     assert isinstance(error, WorkerError), repr(info.value)
     assert f"Refusing to load {path / name}" in str(error), str(error)[-1500:]
+    assert not sentinel.exists(), "the crafted pickle ran"
+
+
+@pytest.mark.parametrize("how", ["raw-pickle", "torch.save", "pickle-in-metadata"])
+def test_crafted_optimizer_safetensors_is_refused_and_never_runs(how: str, tmp_path: Path) -> None:
+    """Promise: an ``optimizer.safetensors`` (the optimizer's format since it left
+    ``torch.save``) that holds a pickle which would run ``touch sentinel`` (as the whole file,
+    as a torch.save zip, or inside the file's JSON metadata, in place of the state structure)
+    fails to load on 2 ranks with an error naming the file; the sentinel never appears. The
+    reader parses JSON and copies bytes; nothing in the file is ever unpickled."""
+    acc, _ = fh._small_setup(str(tmp_path / "unused"), fh.Blob(8))
+    path = Path(acc.save_state(tmp_path / "ck"))
+    target = path / "optimizer.safetensors"
+    sentinel = tmp_path / "pwned"
+    payload = pickle.dumps(fh.Evil(str(sentinel)), protocol=2)
+    if how == "raw-pickle":
+        target.write_bytes(payload)
+    elif how == "torch.save":
+        torch.save({"state": fh.Evil(str(sentinel))}, target)
+    else:
+        from nbaccel.checkpoint.files import save_tensors
+        from nbaccel.checkpoint.optimizer_files import STATE_KEY
+
+        skeleton = {"D": [["state", {"P": payload.hex()}], ["param_groups", {"L": []}]]}
+        save_tensors({"x": torch.ones(1)}, target, metadata={STATE_KEY: json.dumps(skeleton)})
+    manifest = json.loads((path / "checkpoint.json").read_text())
+    manifest["files"] = {p.name: p.stat().st_size for p in path.iterdir() if p.suffix != ".json"}
+    (path / "checkpoint.json").write_text(json.dumps(manifest))  # the size check passes
+    from nbaccel.testing import reset_state
+
+    reset_state()
+    with pytest.raises(BaseException) as info:
+        notebook_launcher(fh.load_crafted, (str(path),), num_processes=2, start_method="fork")
+    error = info.value if isinstance(info.value, WorkerError) else info.value.__cause__
+    assert isinstance(error, WorkerError), repr(info.value)
+    assert f"The checkpoint file {target} is corrupt" in str(error), str(error)[-1500:]
     assert not sentinel.exists(), "the crafted pickle ran"
 
 

@@ -133,7 +133,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 FILES = [
     "model.safetensors",
-    "optimizer.bin",
+    "optimizer.safetensors",
     "custom_checkpoint_0.pkl",
     "random_states_0.pkl",
     "checkpoint.json",

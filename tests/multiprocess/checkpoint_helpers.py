@@ -255,3 +255,51 @@ def all_round_trips(base: str) -> dict[str, str]:
         ("fp16", lambda: fp16_round_trip(f"{base}/fp16")),
     ]
     return run_checks(base, checks)
+
+
+def _cloned(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: _cloned(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cloned(v) for v in value)
+    return value
+
+
+def save_per_node(node_dir: str) -> dict[str, Any]:
+    """One rank of a 2-node run whose machines share no file system: ``node_dir`` is its own
+    node's directory. Save with save_on_each_node into ``node_dir/each``, move on a step,
+    load it back from there and compare; then save without it into ``node_dir/main_only``."""
+    state = PartialState()
+    acc, model, optimizer, scheduler, loader, progress = build(0)
+    batches = iter(loader)
+    for _ in range(2):
+        train_step(acc, model, optimizer, scheduler, next(batches))
+    progress.epoch, progress.in_epoch = 0, 2
+    acc.project_configuration.save_on_each_node = True
+    each = acc.save_state(os.path.join(node_dir, "each"))
+    expected = _cloned(
+        {
+            "model": acc.get_state_dict(model),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "progress": progress.state_dict(),
+        }
+    )
+    after = draws()
+    train_step(acc, model, optimizer, scheduler, next(batches))  # move away from the save
+    progress.epoch, progress.in_epoch = 5, 5
+    acc.load_state(each)  # from this node's directory only
+    loaded = {
+        "model": acc.get_state_dict(model),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "progress": progress.state_dict(),
+    }
+    failed = [name for name in expected if not same(loaded[name], expected[name])]
+    if draws() != after:
+        failed.append("random states")
+    acc.project_configuration.save_on_each_node = False
+    acc.save_state(os.path.join(node_dir, "main_only"))
+    return {"rank": state.process_index, "local_rank": state.local_process_index, "failed": failed}

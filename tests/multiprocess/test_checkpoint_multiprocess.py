@@ -37,7 +37,7 @@ def test_round_trips(tmp_path: Path, world: int) -> None:
             "custom_checkpoint_0.pkl",
             "dl_state_dict.bin",
             "model.safetensors",
-            "optimizer.bin",
+            "optimizer.safetensors",
             "scheduler.bin",
             *[f"random_states_{r}.pkl" for r in range(world)],
         ]
