@@ -224,6 +224,10 @@ class CheckpointingMixin:
                     remove_stale_staging(old)
                     _remove_tree(old)
         self.wait_for_everyone()
+        if not publisher and self.state.is_local_main_process and staging.exists():
+            # a machine without a shared file system and without save_on_each_node: its
+            # processes' files (random states) are not part of the checkpoint; leave no trace
+            shutil.rmtree(staging, ignore_errors=True)
 
     def _state_objects(self, **kwargs: Any) -> StateObjects:
         preparer = self._preparer

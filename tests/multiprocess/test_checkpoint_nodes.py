@@ -119,3 +119,5 @@ def test_save_on_each_node_writes_a_complete_checkpoint_on_every_machine(
     assert not (node1 / "main_only").exists()
     elsewhere = [p for p in node1.rglob("*") if p.is_file() and "each" not in p.parts]
     assert not [p for p in elsewhere if p.name in SHARED], elsewhere
+    # nor a staging directory left behind on the other machine's disk
+    assert sorted(p.name for p in node1.iterdir()) == ["each"], list(node1.iterdir())
