@@ -354,9 +354,4 @@ def run(options: argparse.Namespace) -> None:
         "runs": runs,
     }
     text = _markdown(payload)
-    print(text)
-    if getattr(options, "no_write", False):
-        return
-    harness.write_json(NAME, payload)
-    harness.save_figure(_plot(payload), NAME)
-    harness.update_docs_section(NAME, text)
+    harness.publish(options, NAME, payload, text, _plot)

@@ -238,7 +238,7 @@ def _measure(config: Config, subjects: list[str]) -> dict[str, list[dict[str, An
     return runs
 
 
-def _check_same_training(runs: dict[str, list[dict[str, Any]]]) -> None:
+def check_same_training(runs: dict[str, list[dict[str, Any]]]) -> None:
     """Every subject must have trained the same model on the same batches."""
     reference = runs[BASELINE][0]["checksum"]
     for subject, results in runs.items():
@@ -377,7 +377,7 @@ def run(options: argparse.Namespace) -> None:
     )
     machine = harness.machine_description(versions)
     runs = _measure(config, subjects)
-    _check_same_training(runs)
+    check_same_training(runs)
     machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     payload = {
         "benchmark": NAME,

@@ -250,6 +250,17 @@ def save_figure(fig: Any, name: str) -> Path:
 
 
 # -- results and docs -----------------------------------------------------------------------
+def publish(options: Any, name: str, payload: dict[str, Any], text: str, plot: Any) -> None:
+    """Print ``text``; unless ``--no-write``, write the JSON, the plot (``plot(payload)``) and
+    the docs section."""
+    print(text)
+    if getattr(options, "no_write", False):
+        return
+    write_json(name, payload)
+    save_figure(plot(payload), name)
+    update_docs_section(name, text)
+
+
 def write_json(name: str, payload: dict[str, Any]) -> Path:
     """Write ``benchmarks/results/<name>.json``."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)

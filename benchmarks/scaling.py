@@ -117,7 +117,7 @@ def _cpu(options: argparse.Namespace, subjects: list[str]) -> dict[str, Any]:
                 )
                 if rep:
                     runs[subject].append(result)
-        _check_alike(runs)
+        ddp.check_same_training(runs)
         base = statistics.median(r["samples_per_s"] for r in runs[BASELINE])
         out[str(world)] = {
             "config": asdict(config),
@@ -140,17 +140,6 @@ def _cpu(options: argparse.Namespace, subjects: list[str]) -> dict[str, Any]:
                 item["speedup_vs_1"] = item["samples_per_s"]["median"] / one
                 item["efficiency"] = item["speedup_vs_1"] / world
     return out
-
-
-def _check_alike(runs: dict[str, list[dict[str, Any]]]) -> None:
-    reference = runs[BASELINE][0]["checksum"]
-    for subject, results in runs.items():
-        for result in results:
-            if abs(result["checksum"] - reference) > 1e-6 * max(1.0, abs(reference)):
-                raise RuntimeError(
-                    f"{SUBJECTS[subject]} ended with parameter sum {result['checksum']!r}, the "
-                    f"hand-written loop with {reference!r}: they did not train alike."
-                )
 
 
 # -- GPU ---------------------------------------------------------------------------------------
@@ -288,9 +277,4 @@ def run(options: argparse.Namespace) -> None:
         "gpu": gpu,
     }
     text = _markdown(payload)
-    print(text)
-    if getattr(options, "no_write", False):
-        return
-    harness.write_json(NAME, payload)
-    harness.save_figure(_plot(payload), NAME)
-    harness.update_docs_section(NAME, text)
+    harness.publish(options, NAME, payload, text, _plot)

@@ -69,6 +69,15 @@ def _fate(error: WorkerError, rank: int) -> str:
     return fate.state
 
 
+def _not_blamed(error: WorkerError, rank: int) -> bool:
+    """``rank`` was stopped by the launcher, or its own collective failed because the dead
+    peer went away first (which of the two is a race; either way it is not the root cause)."""
+    (fate,) = [f for f in error.fates if f.rank == rank]
+    if fate.state == "stopped":
+        return True
+    return fate.state == "raised" and fate.error is not None and fate.error.looks_like_peer_loss
+
+
 def test_rank_raising_at_step_k_reraises_its_exception_naming_the_rank(
     clean: dict[str, Any],
 ) -> None:
@@ -93,7 +102,7 @@ def test_rank_killed_by_sigkill_is_named_with_the_signal(clean: dict[str, Any]) 
     assert "rank 1 was killed by SIGKILL (out of memory?)" in str(exc)
     (fate,) = [f for f in exc.fates if f.rank == 1]
     assert fate.exit_code == -signal.SIGKILL
-    assert _fate(exc, 0) == "stopped"
+    assert _not_blamed(exc, 0), exc.fates
     assert elapsed < ERROR_BOUND_S, elapsed
 
 
@@ -103,7 +112,7 @@ def test_rank_calling_os_exit_3_is_named_with_its_exit_code(clean: dict[str, Any
     clean["seconds"] = elapsed
     assert type(exc) is WorkerError and exc.rank == 1
     assert "rank 1 exited with code 3 before returning a result" in str(exc)
-    assert _fate(exc, 0) == "stopped"
+    assert _not_blamed(exc, 0), exc.fates
     assert elapsed < ERROR_BOUND_S, elapsed
 
 
