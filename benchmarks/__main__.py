@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 
@@ -44,6 +45,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run_alone(name: str, args: list[str]) -> None:
+    """One benchmark of several in its own interpreter, so that what a peer leaves in its
+    process (Accelerate's process-wide state, torch-elastic's signal handlers) cannot reach
+    the next benchmark's forked ranks. Its failure fails the run."""
+    rest = [arg for arg in args if arg not in BENCHMARKS and arg != "all"]
+    subprocess.run([sys.executable, "-m", "benchmarks", name, *rest], check=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen benchmark(s); a peer that is missing or fails raises (non-zero exit)."""
     parser = _parser()
@@ -55,14 +64,20 @@ def main(argv: list[str] | None = None) -> int:
             for name, value in bench.quick.items():
                 if getattr(options, name) == parser.get_default(name):
                     setattr(options, name, value)
-    chosen = list(BENCHMARKS) if "all" in options.benchmark else options.benchmark
+    chosen = list(
+        dict.fromkeys(list(BENCHMARKS) if "all" in options.benchmark else options.benchmark)
+    )
+    args = sys.argv[1:] if argv is None else argv
     timings: list[tuple[str, float]] = []
-    for name in dict.fromkeys(chosen):
-        print(f"== {name}", flush=True)
+    for name in chosen:
         started = time.monotonic()
-        BENCHMARKS[name].run(options)
+        if len(chosen) == 1:
+            print(f"== {name}", flush=True)
+            BENCHMARKS[name].run(options)
+            print(f"== {name}: {time.monotonic() - started:.0f} s", flush=True)
+        else:
+            _run_alone(name, args)
         timings.append((name, time.monotonic() - started))
-        print(f"== {name}: {timings[-1][1]:.0f} s", flush=True)
     if not options.no_write:
         summary.update()  # the targets-at-a-glance table, from every results file there is
     if len(timings) > 1:
