@@ -83,6 +83,12 @@ def test_crafted_pickle_in_a_checkpoint_is_refused_and_never_runs(
         (path / name).write_bytes(pickle.dumps(fh.Evil(str(sentinel)), protocol=2))
     else:
         torch.save({"state": fh.Evil(str(sentinel))}, path / name)
+    _load_on_two_ranks_refused(path, f"Refusing to load {path / name}", sentinel)
+
+
+def _load_on_two_ranks_refused(path: Path, message: str, sentinel: Path) -> None:
+    """Refresh the manifest's sizes (so only the content is wrong), load the checkpoint on 2
+    ranks: a WorkerError carrying ``message``, and the crafted payload never ran."""
     manifest = json.loads((path / "checkpoint.json").read_text())
     manifest["files"] = {p.name: p.stat().st_size for p in path.iterdir() if p.suffix != ".json"}
     (path / "checkpoint.json").write_text(json.dumps(manifest))  # the size check passes
@@ -93,7 +99,7 @@ def test_crafted_pickle_in_a_checkpoint_is_refused_and_never_runs(
         notebook_launcher(fh.load_crafted, (str(path),), num_processes=2, start_method="fork")
     error = info.value if isinstance(info.value, WorkerError) else info.value.__cause__
     assert isinstance(error, WorkerError), repr(info.value)
-    assert f"Refusing to load {path / name}" in str(error), str(error)[-1500:]
+    assert message in str(error), str(error)[-1500:]
     assert not sentinel.exists(), "the crafted pickle ran"
 
 
@@ -119,18 +125,7 @@ def test_crafted_optimizer_safetensors_is_refused_and_never_runs(how: str, tmp_p
 
         skeleton = {"D": [["state", {"P": payload.hex()}], ["param_groups", {"L": []}]]}
         save_tensors({"x": torch.ones(1)}, target, metadata={STATE_KEY: json.dumps(skeleton)})
-    manifest = json.loads((path / "checkpoint.json").read_text())
-    manifest["files"] = {p.name: p.stat().st_size for p in path.iterdir() if p.suffix != ".json"}
-    (path / "checkpoint.json").write_text(json.dumps(manifest))  # the size check passes
-    from nbaccel.testing import reset_state
-
-    reset_state()
-    with pytest.raises(BaseException) as info:
-        notebook_launcher(fh.load_crafted, (str(path),), num_processes=2, start_method="fork")
-    error = info.value if isinstance(info.value, WorkerError) else info.value.__cause__
-    assert isinstance(error, WorkerError), repr(info.value)
-    assert f"The checkpoint file {target} is corrupt" in str(error), str(error)[-1500:]
-    assert not sentinel.exists(), "the crafted pickle ran"
+    _load_on_two_ranks_refused(path, f"The checkpoint file {target} is corrupt", sentinel)
 
 
 def test_cli_launch_config_file_is_private_and_removed(tmp_path: Path) -> None:
