@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -50,34 +49,7 @@ def detail(done: subprocess.CompletedProcess[str]) -> str:
     return f"exit {done.returncode}\nstdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-4000:]}"
 
 
-# The example of the Transformers FSDP guide, verbatim.
-GUIDE_YAML = textwrap.dedent(
-    """\
-    compute_environment: LOCAL_MACHINE
-    debug: false
-    distributed_type: FSDP
-    downcast_bf16: "no"
-    fsdp_config:
-      fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
-      fsdp_backward_prefetch_policy: BACKWARD_PRE
-      fsdp_cpu_ram_efficient_loading: true
-      fsdp_forward_prefetch: false
-      fsdp_offload_params: true
-      fsdp_sharding_strategy: 1
-      fsdp_state_dict_type: SHARDED_STATE_DICT
-      fsdp_sync_module_states: true
-      fsdp_transformer_layer_cls_to_wrap: BertLayer
-      fsdp_use_orig_params: true
-    machine_rank: 0
-    main_training_function: main
-    mixed_precision: bf16
-    num_machines: 1
-    num_processes: 2
-    rdzv_backend: static
-    same_network: true
-    tpu_env: []
-    tpu_use_cluster: false
-    tpu_use_sudo: false
-    use_cpu: false
-    """
-)
+# The example of the Transformers FSDP guide, verbatim (shared with the other test tiers).
+GUIDE_YAML = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "fsdp_guide_config.yaml"
+).read_text()
