@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import statistics
 import time
@@ -108,34 +109,23 @@ def _backward(loss: torch.Tensor) -> None:
     loss.backward()
 
 
-def _nbaccel(
-    model: nn.Module, optimizer: torch.optim.Optimizer, data: TensorDataset, config: Config
-) -> _Prepared:
-    """nbaccel: Accelerator(cpu=True), prepare(), accelerator.backward()."""
-    from nbaccel import Accelerator
+def _with_accelerator(package: str) -> Callable[..., _Prepared]:
+    """The same code for nbaccel and for Accelerate: ``package.Accelerator(cpu=True)``,
+    ``prepare()``, ``accelerator.backward()`` (the package is imported in the rank)."""
 
-    accelerator = Accelerator(cpu=True)
-    loader = DataLoader(data, batch_size=config.batch_size)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    return _Prepared(model, optimizer, loader, accelerator.backward)
+    def setup(model: nn.Module, optimizer: Any, data: TensorDataset, config: Config) -> _Prepared:
+        accelerator = importlib.import_module(package).Accelerator(cpu=True)
+        loader = DataLoader(data, batch_size=config.batch_size)
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        return _Prepared(model, optimizer, loader, accelerator.backward)
 
-
-def _accelerate(
-    model: nn.Module, optimizer: torch.optim.Optimizer, data: TensorDataset, config: Config
-) -> _Prepared:
-    """Hugging Face Accelerate: the same code with its Accelerator(cpu=True)."""
-    from accelerate import Accelerator
-
-    accelerator = Accelerator(cpu=True)
-    loader = DataLoader(data, batch_size=config.batch_size)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    return _Prepared(model, optimizer, loader, accelerator.backward)
+    return setup
 
 
 _SETUPS: dict[str, Callable[[nn.Module, Any, TensorDataset, Config], _Prepared]] = {
     "torch_ddp": _torch_ddp,
-    "nbaccel": _nbaccel,
-    "accelerate": _accelerate,
+    "nbaccel": _with_accelerator("nbaccel"),
+    "accelerate": _with_accelerator("accelerate"),
 }
 
 
@@ -151,13 +141,16 @@ def _train(prepared: _Prepared, batches: Iterator[Any], steps: int) -> torch.Ten
     return loss
 
 
-def _worker(local_rank: int, port: int, result_path: str, subject: str, config: Config) -> None:
-    """One rank of one repetition: set up ``subject``, warm up, time ``config.steps`` steps."""
+def worker(local_rank: int, port: int, result_path: str, subject: str, config: Any) -> None:
+    """One rank of one repetition: set up ``subject``, warm up, time ``config.steps`` steps
+    (one process works too: ``scaling`` runs it at 1, 2 and 4)."""
     os.environ.update(harness.rank_environment(local_rank, config.world_size, port, config.threads))
     torch.set_num_threads(config.threads)
     model, optimizer, data = _build(config)
     prepared = _SETUPS[subject](model, optimizer, data, config)
     torch.set_num_threads(config.threads)  # whatever the subject did, every one runs alike
+    if not dist.is_initialized():  # one process: nbaccel needs no group; the clock does
+        dist.init_process_group("gloo")
     batches = iter(prepared.loader)
     _train(prepared, batches, config.warmup_steps)
     dist.barrier()
@@ -215,7 +208,7 @@ def _config(options: argparse.Namespace) -> Config:
 
 
 def _repetition(subject: str, config: Config) -> dict[str, Any]:
-    result = harness.launch_ranks(_worker, (subject, config), config.world_size)
+    result = harness.launch_ranks(worker, (subject, config), config.world_size)
     if result["threads"] != config.threads:
         raise RuntimeError(f"{subject} ran with {result['threads']} threads, not {config.threads}.")
     result["samples_per_s"] = result["samples"] / result["seconds"]

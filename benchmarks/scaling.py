@@ -12,14 +12,12 @@ each time; every subject must end with the same parameters as the hand-written l
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 from dataclasses import asdict, replace
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from . import ddp_throughput as ddp
 from . import gpt_bf16, harness
@@ -30,38 +28,6 @@ NAME = "scaling"
 SUMMARY = "samples/s at 1, 2, 4 CPU processes, nbaccel vs hand-written DDP; GPT bf16 on a GPU"
 SUBJECTS = {"torch_ddp": "hand-written torch DDP", "nbaccel": "nbaccel Accelerator"}
 BASELINE = "torch_ddp"
-
-
-def _worker(local_rank: int, port: int, result_path: str, subject: str, config: Any) -> None:
-    """One rank of one repetition (``ddp_throughput``'s loop; one process works too)."""
-    os.environ.update(harness.rank_environment(local_rank, config.world_size, port, config.threads))
-    torch.set_num_threads(config.threads)
-    model, optimizer, data = ddp._build(config)
-    prepared = ddp._SETUPS[subject](model, optimizer, data, config)
-    torch.set_num_threads(config.threads)
-    if not dist.is_initialized():  # one process: nbaccel needs no group; the clock does
-        dist.init_process_group("gloo")
-    batches = iter(prepared.loader)
-    ddp._train(prepared, batches, config.warmup_steps)
-    dist.barrier()
-    started = time.perf_counter()
-    loss = ddp._train(prepared, batches, config.steps)
-    dist.barrier()
-    seconds = time.perf_counter() - started
-    inner = getattr(prepared.model, "module", prepared.model)
-    if dist.get_rank() == 0:
-        harness.write_result(
-            result_path,
-            {
-                "seconds": seconds,
-                "samples": config.steps * config.batch_size * config.world_size,
-                "threads": torch.get_num_threads(),
-                "last_loss": float(loss.detach()),
-                "checksum": sum(float(p.detach().double().sum()) for p in inner.parameters()),
-            },
-        )
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 # -- options -----------------------------------------------------------------------------------
@@ -103,7 +69,7 @@ def _cpu(options: argparse.Namespace, subjects: list[str]) -> dict[str, Any]:
         runs: dict[str, list[dict[str, Any]]] = {s: [] for s in subjects}
         for rep in range(reps + 1):
             for subject in subjects:
-                result = harness.launch_ranks(_worker, (subject, config), world)
+                result = harness.launch_ranks(ddp.worker, (subject, config), world)
                 if result["threads"] != config.threads:
                     raise RuntimeError(
                         f"{SUBJECTS[subject]} ran with {result['threads']} "
