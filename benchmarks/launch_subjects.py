@@ -23,7 +23,8 @@ ALIVE = re.compile(r"nbaccel-bench alive rank=(\d+)")
 
 
 def torch_work(rank: int, world: int, port: int) -> float:
-    """The function of the plain torch subjects (importable, as torch's spawn needs)."""
+    """The function of the plain torch subjects (importable, as torch's spawn needs it;
+    the fork subject takes the same one)."""
     print(f"nbaccel-bench alive rank={rank}", flush=True)
     import torch
     import torch.distributed as dist
@@ -110,36 +111,14 @@ def launch(world):
     return fabric.launch(work)
 """
 
-_TORCH_FORK = """
-import torch.multiprocessing as mp
-
-
-def work(rank, world, port):
-    print(f"nbaccel-bench alive rank={rank}", flush=True)
-    import torch
-    import torch.distributed as dist
-
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-    )
-    value = torch.ones(1)
-    dist.all_reduce(value)
-    dist.destroy_process_group()
-    return float(value.item())
-
-
-def launch(world):
-    return mp.start_processes(work, args=(world, _bench_port()), nprocs=world, start_method="fork")
-"""
-
-_TORCH_SPAWN = """
+_TORCH = """
 import torch.multiprocessing as mp
 from benchmarks.launch_subjects import torch_work
 
 
 def launch(world):
     return mp.start_processes(
-        torch_work, args=(world, _bench_port()), nprocs=world, start_method="spawn"
+        torch_work, args=(world, _bench_port()), nprocs=world, start_method="{method}"
     )
 """
 
@@ -165,8 +144,8 @@ SUBJECTS: dict[str, Subject] = {
         Subject("nbaccel spawn", "nbaccel\nspawn", _NBACCEL.format(method="spawn")),
         Subject("Accelerate notebook_launcher", "Accelerate", _ACCELERATE, peer="accelerate"),
         Subject("Lightning Fabric ddp_notebook", "Fabric\nddp_notebook", _FABRIC, "lightning"),
-        Subject("torch start_processes fork", "torch\nfork", _TORCH_FORK),
-        Subject("torch start_processes spawn", "torch\nspawn", _TORCH_SPAWN),
+        Subject("torch start_processes fork", "torch\nfork", _TORCH.format(method="fork")),
+        Subject("torch start_processes spawn", "torch\nspawn", _TORCH.format(method="spawn")),
     )
 }
 BASELINE = "nbaccel fork"
