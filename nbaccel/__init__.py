@@ -20,6 +20,15 @@ from .plugins import GradientAccumulationPlugin, ProjectConfiguration, TorchDyna
 from .seeding import set_seed
 from .state import AcceleratorState, GradientState, PartialState
 from .tracking import GeneralTracker
+from .utils_more import (  # more of Accelerate's top-level names (docs/compatibility.md)
+    DDPCommunicationHookType,
+    DeepSpeedPlugin,
+    ParallelismConfig,
+    ProfileKwargs,
+    find_executable_batch_size,
+    is_rich_available,
+    synchronize_rng_states,
+)
 
 __version__ = "0.1.0"
 
@@ -53,4 +62,13 @@ __all__ = [
     "set_seed",
     "skip_first_batches",
     "write_basic_config",
+]
+__all__ += [
+    "DDPCommunicationHookType",
+    "DeepSpeedPlugin",
+    "ParallelismConfig",
+    "ProfileKwargs",
+    "find_executable_batch_size",
+    "is_rich_available",
+    "synchronize_rng_states",
 ]

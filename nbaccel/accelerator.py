@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from .accelerator_extras import AcceleratorExtrasMixin
 from .accumulation import AccumulationCounter
 from .checkpoint import CheckpointingMixin
 from .config.resolve import configured_accumulation_steps, configured_dynamo_plugin
@@ -29,6 +30,7 @@ from .plugins import GradientAccumulationPlugin, ProjectConfiguration, TorchDyna
 from .precision import Precision
 from .preparation import Preparer
 from .process_control import CollectivesMixin, ProcessControlMixin
+from .profiling import ProfileKwargs
 from .state import AcceleratorState, GradientState
 from .state.registry import STATE
 from .strategies import strategy_for
@@ -43,6 +45,7 @@ _HANDLERS = (
     GradScalerKwargs,
     InitProcessGroupKwargs,
     AutocastKwargs,
+    ProfileKwargs,
 )
 _UNSET: Any = object()
 
@@ -109,7 +112,9 @@ def _accumulation_plugin(
     return GradientAccumulationPlugin(num_steps=steps)
 
 
-class Accelerator(CheckpointingMixin, TrackingMixin, ProcessControlMixin, CollectivesMixin):
+class Accelerator(
+    AcceleratorExtrasMixin, CheckpointingMixin, TrackingMixin, ProcessControlMixin, CollectivesMixin
+):
     """One object for distributed, mixed-precision training with unchanged model code.
 
     Create it inside the function you launch (``notebook_launcher``, ``nbaccel launch``,
@@ -137,6 +142,9 @@ class Accelerator(CheckpointingMixin, TrackingMixin, ProcessControlMixin, Collec
         kwargs_handlers: list[KwargsHandler] | None = None,
         dynamo_backend: str | DynamoBackend | None = None,
         dynamo_plugin: TorchDynamoPlugin | None = None,
+        deepspeed_plugins: Any = None,
+        parallelism_config: Any = None,
+        *,
         dispatch_batches: bool | None = _UNSET,
         even_batches: bool = _UNSET,
         use_seedable_sampler: bool = _UNSET,
@@ -230,6 +238,8 @@ class Accelerator(CheckpointingMixin, TrackingMixin, ProcessControlMixin, Collec
             step_scheduler_with_optimizer=step_scheduler_with_optimizer,
         )
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self._setup_parallelism(parallelism_config, deepspeed_plugins)
+        self.profile_handler = handlers.get(ProfileKwargs)  # type: ignore[assignment]
         self._accumulation = AccumulationCounter()
         self.step = 0
 

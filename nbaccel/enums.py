@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["DistributedType", "DynamoBackend", "LoggerType", "PrecisionType", "RNGType"]
+__all__ = [
+    "ComputeEnvironment",
+    "CustomDtype",
+    "DDPCommunicationHookType",
+    "DistributedType",
+    "DynamoBackend",
+    "LoggerType",
+    "PrecisionType",
+    "RNGType",
+    "SageMakerDistributedType",
+]
 
 
 class _StrEnum(str, enum.Enum):
@@ -41,6 +51,14 @@ class DistributedType(_StrEnum):
     TPU = "XLA"  # alias: older code compares against DistributedType.TPU
     DEEPSPEED = "DEEPSPEED"
     MEGATRON_LM = "MEGATRON_LM"
+    # Accelerate's other device families: nbaccel never selects them, code that lists them works.
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
+    MULTI_XPU = "MULTI_XPU"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
 
 
 class PrecisionType(_StrEnum):
@@ -61,6 +79,10 @@ class RNGType(_StrEnum):
     NPU = "npu"
     XLA = "xla"
     XPU = "xpu"
+    SDAA = "sdaa"
+    MUSA = "musa"
+    HPU = "hpu"
+    NEURON = "neuron"
     GENERATOR = "generator"
 
 
@@ -76,6 +98,8 @@ class LoggerType(_StrEnum):
     AIM = "aim"
     CLEARML = "clearml"
     DVCLIVE = "dvclive"
+    TRACKIO = "trackio"
+    SWANLAB = "swanlab"
 
 
 class DynamoBackend(_StrEnum):
@@ -96,3 +120,38 @@ class DynamoBackend(_StrEnum):
     TORCHXLA_TRACE_ONCE = "TORCHXLA_TRACE_ONCE"
     IPEX = "IPEX"
     TVM = "TVM"
+    HPU_BACKEND = "HPU_BACKEND"
+    NEURON = "NEURON"
+
+
+class DDPCommunicationHookType(_StrEnum):
+    """DDP communication hooks (``DistributedDataParallelKwargs(comm_hook=...)``)."""
+
+    NO = "no"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    POWER_SGD = "power_sgd"
+    BATCHED_POWER_SGD = "batched_power_sgd"
+
+
+class ComputeEnvironment(_StrEnum):
+    """Where a config file says the job runs (nbaccel launches on local machines only)."""
+
+    LOCAL_MACHINE = "LOCAL_MACHINE"
+    AMAZON_SAGEMAKER = "AMAZON_SAGEMAKER"
+
+
+class SageMakerDistributedType(_StrEnum):
+    """SageMaker's distribution kinds, kept so config files that name them still parse."""
+
+    NO = "NO"
+    DATA_PARALLEL = "DATA_PARALLEL"
+    MODEL_PARALLEL = "MODEL_PARALLEL"
+
+
+class CustomDtype(_StrEnum):
+    """Data types torch has no dtype for (used by size computations)."""
+
+    FP8 = "fp8"
+    INT4 = "int4"
+    INT2 = "int2"

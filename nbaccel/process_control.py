@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from . import ops
-from .state import AcceleratorState, GradientState
+from .state import AcceleratorState, GradientState, PartialState
 
-__all__ = ["CollectivesMixin", "ProcessControlMixin"]
+__all__ = ["CollectivesMixin", "ProcessControlMixin", "tqdm", "wait_for_everyone"]
 
 T = TypeVar("T")
 
@@ -88,3 +88,24 @@ class CollectivesMixin:
     ) -> Any:
         """Pad (nested) tensors to the largest size along ``dim`` across processes."""
         return ops.pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
+
+
+def wait_for_everyone() -> None:
+    """Block until every process of the job gets here (``PartialState().wait_for_everyone()``)."""
+    PartialState().wait_for_everyone()
+
+
+def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:
+    """``tqdm.auto.tqdm``, shown on each machine's first process only (every process with
+    ``main_process_only=False``)."""
+    from tqdm.auto import tqdm as _tqdm
+
+    if args and isinstance(args[0], bool):
+        raise ValueError(
+            "Passing True or False as the first argument of tqdm is not supported; use the "
+            "main_process_only keyword argument."
+        )
+    disable = kwargs.pop("disable", False)
+    if main_process_only and not disable:
+        disable = PartialState().local_process_index != 0
+    return _tqdm(*args, **kwargs, disable=disable)

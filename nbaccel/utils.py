@@ -49,6 +49,8 @@ from .tracking import (
     TensorBoardTracker,
     WandBTracker,
 )
+from .utils_more import *  # noqa: F403  (the rest of accelerate.utils)
+from .utils_more import __all__ as _more_names
 
 __all__ = [
     "AutocastKwargs",
@@ -101,3 +103,4 @@ __all__ = [
     "slice_tensors",
     "write_basic_config",
 ]
+__all__ += _more_names

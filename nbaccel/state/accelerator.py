@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from ..enums import PrecisionType
+from .parallel_view import ParallelismStateMixin
 from .partial import PartialState, ProcessView
 from .registry import STATE, AcceleratorRecord, current_process, reset_registry
 
@@ -20,7 +21,7 @@ def _refuse(what: str) -> NoReturn:
     raise NotImplementedError(_LATER.format(what=what))
 
 
-class AcceleratorState(ProcessView):
+class AcceleratorState(ParallelismStateMixin, ProcessView):
     """Everything :class:`PartialState` knows, plus mixed precision and the plugins in use.
 
     All instances share the state set up by the first one. Create it (or an ``Accelerator``)

@@ -58,6 +58,7 @@ class AcceleratorRecord:
     fsdp_plugin: Any = None
     dynamo_plugin: Any = None
     from_accelerator: bool = False
+    parallelism_config: Any = None
 
 
 @dataclass

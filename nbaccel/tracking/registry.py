@@ -45,7 +45,7 @@ _SPECS: dict[str, _Spec] = {
     "mlflow": _Spec(MLflowTracker, ("mlflow",), "mlflow", True),
     "comet_ml": _Spec(CometMLTracker, ("comet_ml",), "comet_ml", False, False),
 }
-_NOT_BUILT_IN = ("aim", "clearml", "dvclive")
+_NOT_BUILT_IN = ("aim", "clearml", "dvclive", "trackio", "swanlab")
 
 LOGGER_TYPE_TO_CLASS: dict[str, type[GeneralTracker]] = {n: s.cls for n, s in _SPECS.items()}
 

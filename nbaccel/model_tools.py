@@ -1,0 +1,206 @@
+"""Model helpers from ``accelerate.utils``: unwrap parallel wrappers, compiled regions, tensor
+storage identity, state-dict cleaning, module walks, small naming and size helpers."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+from typing import Any
+
+import torch
+from torch import nn
+
+from .environment.availability import is_peft_available
+from .precision import Precision
+
+__all__ = [
+    "clean_state_dict_for_safetensors",
+    "compile_regions",
+    "convert_bytes",
+    "extract_model_from_parallel",
+    "get_module_children_bottom_up",
+    "get_pretty_name",
+    "has_compiled_regions",
+    "id_tensor_storage",
+    "is_compiled_module",
+    "is_peft_model",
+    "merge_dicts",
+    "recursive_getattr",
+]
+
+_LOGGER = logging.getLogger(__name__)
+
+
+def is_compiled_module(module: nn.Module) -> bool:
+    """True for a ``torch.compile``'d module (an ``OptimizedModule``)."""
+    dynamo = getattr(torch, "_dynamo", None)
+    return dynamo is not None and isinstance(module, dynamo.eval_frame.OptimizedModule)
+
+
+def has_compiled_regions(module: nn.Module) -> bool:
+    """True when some submodule of ``module`` is a ``torch.compile``'d module."""
+    if not module._modules:
+        return False
+    return any(is_compiled_module(sub) for sub in module.modules())
+
+
+def _parallel_wrappers() -> tuple[type[Any], ...]:
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    return (nn.parallel.DistributedDataParallel, nn.DataParallel, FullyShardedDataParallel)
+
+
+def _unwrap_children(module: nn.Module) -> nn.Module:
+    inner = module
+    while isinstance(getattr(inner, "module", None), nn.Module):
+        inner = inner.module  # type: ignore[assignment]
+    for name, child in list(inner.named_children()):
+        setattr(inner, name, _unwrap_children(child))
+    return inner
+
+
+def extract_model_from_parallel(
+    model: Any,
+    keep_fp32_wrapper: bool = True,
+    keep_torch_compile: bool = True,
+    recursive: bool = False,
+) -> Any:
+    """The user's model inside DDP / DataParallel / FSDP wrappers.
+
+    Args:
+        model: a (possibly wrapped, possibly compiled) model.
+        keep_fp32_wrapper: keep the mixed-precision forward that returns float32 outputs.
+        keep_torch_compile: return the compiled wrapper around the unwrapped model.
+        recursive: also unwrap ``.module`` wrappers of every submodule (FSDP per layer).
+    """
+    compiled: Any = None
+    if is_compiled_module(model) or "_orig_mod" in model.__dict__:
+        compiled = model
+        inner = model.__dict__.get("_orig_mod")
+        model = inner if inner is not None else model._orig_mod
+    wrappers = _parallel_wrappers()
+    while isinstance(model, wrappers):
+        model = model.module
+    if recursive:
+        model = _unwrap_children(model)
+    if not keep_fp32_wrapper:
+        Precision.unwrap_forward(model)
+    if keep_torch_compile and compiled is not None:
+        if is_compiled_module(compiled):
+            compiled._orig_mod = model
+        else:
+            compiled.__dict__["_orig_mod"] = model
+        return compiled
+    return model
+
+
+def _has_repeated_blocks(module: nn.Module) -> bool:
+    return any(
+        isinstance(child, nn.ModuleList) and len({type(m) for m in child}) == 1 and len(child) > 1
+        for child in module.modules()
+    )
+
+
+def _compile_regions(module: nn.Module, **compile_kwargs: Any) -> nn.Module:
+    if isinstance(module, nn.ModuleList) and len({type(m) for m in module}) == 1:
+        return nn.ModuleList([torch.compile(m, **compile_kwargs) for m in module])  # type: ignore[misc]
+    if not _has_repeated_blocks(module):
+        return torch.compile(module, **compile_kwargs)  # type: ignore[return-value]
+    copy = module.__class__.__new__(module.__class__)
+    copy.__dict__.update(module.__dict__)
+    copy._modules = {}
+    for name, child in module.named_children():
+        copy.add_module(name, _compile_regions(child, **compile_kwargs))
+    return copy
+
+
+def compile_regions(module: nn.Module, **compile_kwargs: Any) -> nn.Module:
+    """Compile the repeated blocks (``ModuleList`` of one layer type) one by one instead of
+    the whole model: much shorter compile times for transformer stacks. The original module
+    stays reachable as ``result._orig_mod`` (``extract_model_from_parallel`` returns it)."""
+    compiled = _compile_regions(module, **compile_kwargs)
+    if "_orig_mod" not in compiled.__dict__:
+        compiled.__dict__["_orig_mod"] = module
+    return compiled
+
+
+def is_peft_model(model: nn.Module) -> bool:
+    """True for a PEFT ``PeftModel`` (inside any parallel wrapper)."""
+    if not is_peft_available():
+        return False
+    from peft import PeftModel
+
+    return isinstance(extract_model_from_parallel(model), PeftModel)
+
+
+def id_tensor_storage(tensor: torch.Tensor) -> tuple[torch.device, int, int]:
+    """``(device, storage pointer, storage bytes)``: equal for tensors sharing memory."""
+    try:
+        storage = tensor.untyped_storage()
+        return tensor.device, storage.data_ptr(), storage.nbytes()
+    except (NotImplementedError, RuntimeError):  # meta tensors have no storage
+        return tensor.device, 0, tensor.nelement() * tensor.element_size()
+
+
+def clean_state_dict_for_safetensors(state_dict: dict[str, Any]) -> dict[str, Any]:
+    """Keep one name per shared storage (safetensors refuses shared tensors; a warning names
+    what was removed) and make every tensor contiguous."""
+    names_by_storage: dict[Any, list[str]] = collections.defaultdict(list)
+    for name, tensor in state_dict.items():
+        if isinstance(tensor, torch.Tensor):
+            names_by_storage[id_tensor_storage(tensor)].append(name)
+    removed = {name for names in names_by_storage.values() for name in names[1:]}
+    for name in removed:
+        del state_dict[name]
+    if removed:
+        _LOGGER.warning(
+            "Removed shared tensors %s while saving; check that reloading reports nothing.",
+            sorted(removed),
+        )
+    return {k: v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in state_dict.items()}
+
+
+def get_module_children_bottom_up(model: nn.Module, return_fqns: bool = False) -> list[Any]:
+    """Every module of ``model``, children before parents (the model last); with
+    ``return_fqns``, ``(qualified name, module)`` pairs."""
+    stack: list[tuple[str, nn.Module]] = [("", model)]
+    ordered: list[tuple[str, nn.Module]] = []
+    while stack:
+        prefix, current = stack.pop()
+        for name, child in current.named_children():
+            stack.append((f"{prefix}.{name}" if prefix else name, child))
+        ordered.append((prefix, current))
+    ordered.reverse()
+    return ordered if return_fqns else [module for _, module in ordered]
+
+
+def merge_dicts(source: dict[Any, Any], destination: dict[Any, Any]) -> dict[Any, Any]:
+    """Merge nested dict ``source`` into ``destination`` (in place; returned)."""
+    for key, value in source.items():
+        if isinstance(value, dict):
+            merge_dicts(value, destination.setdefault(key, {}))
+        else:
+            destination[key] = value
+    return destination
+
+
+def recursive_getattr(obj: Any, attr: str) -> Any:
+    """``getattr`` along a dotted path: ``recursive_getattr(model, "encoder.layer.0")``."""
+    return functools.reduce(getattr, attr.split("."), obj)
+
+
+def get_pretty_name(obj: Any) -> str:
+    """A readable name: the qualified name of a function or class, of an object's class."""
+    if not hasattr(obj, "__qualname__") and not hasattr(obj, "__name__"):
+        obj = getattr(obj, "__class__", obj)
+    return str(getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or obj)
+
+
+def convert_bytes(size: float) -> str:
+    """``size`` bytes in the largest fitting unit: ``"1.5 MB"``."""
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if size < 1024.0:
+            return f"{round(size, 2)} {unit}"
+        size /= 1024.0
+    return f"{round(size, 2)} PB"
