@@ -26,6 +26,8 @@ from .utils_more import (  # more of Accelerate's top-level names (docs/compatib
     ParallelismConfig,
     ProfileKwargs,
     find_executable_batch_size,
+    init_empty_weights,
+    init_on_device,
     is_rich_available,
     synchronize_rng_states,
 )
@@ -69,6 +71,8 @@ __all__ += [
     "ParallelismConfig",
     "ProfileKwargs",
     "find_executable_batch_size",
+    "init_empty_weights",
+    "init_on_device",
     "is_rich_available",
     "synchronize_rng_states",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "MITA_PROFILING_AVAILABLE_PYTORCH_VERSION",
     "MODEL_NAME",
     "OPTIMIZER_NAME",
     "PROFILE_PATTERN_NAME",
@@ -19,6 +20,7 @@ __all__ = [
     "WEIGHTS_INDEX_NAME",
     "WEIGHTS_NAME",
     "WEIGHTS_PATTERN_NAME",
+    "XPU_PROFILING_AVAILABLE_PYTORCH_VERSION",
 ]
 
 MODEL_NAME = "pytorch_model"
@@ -29,6 +31,9 @@ SAMPLER_NAME = "sampler"
 SCALER_NAME = "scaler.pt"
 RNG_STATE_NAME = "random_states"
 PROFILE_PATTERN_NAME = "profile_{suffix}.json"
+# The torch versions from which the profiler knows these devices.
+XPU_PROFILING_AVAILABLE_PYTORCH_VERSION = "2.4.0"
+MITA_PROFILING_AVAILABLE_PYTORCH_VERSION = "2.1.0"
 WEIGHTS_NAME = f"{MODEL_NAME}.bin"
 WEIGHTS_PATTERN_NAME = "pytorch_model{suffix}.bin"
 WEIGHTS_INDEX_NAME = f"{WEIGHTS_NAME}.index.json"

@@ -4,14 +4,17 @@ storage identity, state-dict cleaning, module walks, small naming and size helpe
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
 from .environment.availability import is_peft_available
+from .environment.patching import parse_flag_from_env
 from .precision import Precision
 
 __all__ = [
@@ -23,9 +26,12 @@ __all__ = [
     "get_pretty_name",
     "has_compiled_regions",
     "id_tensor_storage",
+    "init_empty_weights",
+    "init_on_device",
     "is_compiled_module",
     "is_peft_model",
     "merge_dicts",
+    "model_has_dtensor",
     "recursive_getattr",
 ]
 
@@ -204,3 +210,48 @@ def convert_bytes(size: float) -> str:
             return f"{round(size, 2)} {unit}"
         size /= 1024.0
     return f"{round(size, 2)} PB"
+
+
+def model_has_dtensor(model: nn.Module) -> bool:
+    """True when some parameter of ``model`` is a ``DTensor`` (FSDP2 / tensor parallel)."""
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+@contextlib.contextmanager
+def init_on_device(
+    device: torch.device | str, include_buffers: bool | None = None
+) -> Iterator[None]:
+    """Context: modules created inside get their parameters (and, with ``include_buffers``,
+    their buffers and every tensor made inside) on ``device``. Unset ``include_buffers``
+    reads ``ACCELERATE_INIT_INCLUDE_BUFFERS``."""
+    if include_buffers is None:
+        include_buffers = parse_flag_from_env("ACCELERATE_INIT_INCLUDE_BUFFERS", False)
+    if include_buffers:
+        with torch.device(device):
+            yield
+        return
+    original = nn.Module.register_parameter
+
+    def register_parameter(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        original(module, name, param)
+        if param is not None:
+            placed = module._parameters[name]
+            assert placed is not None
+            extra = dict(placed.__dict__, requires_grad=param.requires_grad)
+            module._parameters[name] = type(placed)(placed.to(device), **extra)
+
+    nn.Module.register_parameter = register_parameter  # type: ignore[method-assign, assignment]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = original  # type: ignore[method-assign]
+
+
+def init_empty_weights(
+    include_buffers: bool | None = None,
+) -> contextlib.AbstractContextManager[None]:
+    """Context: models created inside take no memory (parameters on the ``meta`` device);
+    load real weights afterwards (e.g. ``load_checkpoint_in_model`` after ``to_empty``)."""
+    return init_on_device(torch.device("meta"), include_buffers=include_buffers)

@@ -8,14 +8,17 @@ ties again whatever the move untied.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 __all__ = ["find_tied_parameters", "move_model_to_device", "retie_parameters"]
 
 
-def find_tied_parameters(model: nn.Module) -> list[list[str]]:
-    """Groups of parameter names that refer to one and the same parameter (sorted)."""
+def find_tied_parameters(model: nn.Module, **kwargs: Any) -> list[list[str]]:
+    """Groups of parameter names that refer to one and the same parameter (sorted).
+    Extra keyword arguments are accepted, as Accelerate does, and not used."""
     by_identity: dict[int, list[str]] = {}
     for module_name, module in model.named_modules(remove_duplicate=False):
         for param_name, param in module.named_parameters(recurse=False):
@@ -31,9 +34,9 @@ def _owner(model: nn.Module, name: str) -> tuple[nn.Module, str]:
     return (model.get_submodule(path) if path else model), attr
 
 
-def retie_parameters(model: nn.Module, tied: list[list[str]]) -> None:
-    """Make every name in each group of ``tied`` refer to the group's first parameter."""
-    for group in tied:
+def retie_parameters(model: nn.Module, tied_params: list[list[str]]) -> None:
+    """Make every name in each group of ``tied_params`` refer to the group's first parameter."""
+    for group in tied_params:
         first_module, first_attr = _owner(model, group[0])
         shared = getattr(first_module, first_attr)
         for name in group[1:]:

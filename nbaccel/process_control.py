@@ -39,11 +39,11 @@ class ProcessControlMixin:
         """Context: this process's share of ``inputs``."""
         return self.state.split_between_processes(inputs, apply_padding=apply_padding)
 
-    def on_main_process(self, function: Callable[..., Any]) -> Any:
+    def on_main_process(self, function: Callable[..., Any] | None = None) -> Any:
         """Decorator: run on the main process only."""
         return self.state.on_main_process(function)
 
-    def on_local_main_process(self, function: Callable[..., Any]) -> Any:
+    def on_local_main_process(self, function: Callable[..., Any] | None = None) -> Any:
         """Decorator: run on each machine's first process only."""
         return self.state.on_local_main_process(function)
 

@@ -8,6 +8,7 @@ from .checkpoint.simple import (
     save,
 )
 from .constants import (
+    MITA_PROFILING_AVAILABLE_PYTORCH_VERSION,
     MODEL_NAME,
     OPTIMIZER_NAME,
     PROFILE_PATTERN_NAME,
@@ -24,6 +25,7 @@ from .constants import (
     WEIGHTS_INDEX_NAME,
     WEIGHTS_NAME,
     WEIGHTS_PATTERN_NAME,
+    XPU_PROFILING_AVAILABLE_PYTORCH_VERSION,
 )
 from .enums import (
     ComputeEnvironment,
@@ -114,9 +116,12 @@ from .model_tools import (
     get_pretty_name,
     has_compiled_regions,
     id_tensor_storage,
+    init_empty_weights,
+    init_on_device,
     is_compiled_module,
     is_peft_model,
     merge_dicts,
+    model_has_dtensor,
     recursive_getattr,
 )
 from .ops import (
@@ -164,6 +169,7 @@ from .unsupported import (
 )
 
 __all__ = [
+    "MITA_PROFILING_AVAILABLE_PYTORCH_VERSION",
     "MODEL_NAME",
     "OPTIMIZER_NAME",
     "PROFILE_PATTERN_NAME",
@@ -180,6 +186,7 @@ __all__ = [
     "WEIGHTS_INDEX_NAME",
     "WEIGHTS_NAME",
     "WEIGHTS_PATTERN_NAME",
+    "XPU_PROFILING_AVAILABLE_PYTORCH_VERSION",
     "CannotPadNestedTensorWarning",
     "ComputeEnvironment",
     "CustomDtype",
@@ -217,6 +224,8 @@ __all__ = [
     "has_compiled_regions",
     "id_tensor_storage",
     "ignorant_find_batch_size",
+    "init_empty_weights",
+    "init_on_device",
     "initialize_tensors",
     "is_4bit_bnb_available",
     "is_8bit_bnb_available",
@@ -282,6 +291,7 @@ __all__ = [
     "is_xpu_available",
     "load",
     "merge_dicts",
+    "model_has_dtensor",
     "pad_input_tensors",
     "parse_choice_from_env",
     "parse_flag_from_env",

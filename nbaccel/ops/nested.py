@@ -27,9 +27,9 @@ __all__ = [
 ]
 
 
-def is_torch_tensor(data: Any) -> bool:
-    """True when ``data`` is a ``torch.Tensor``."""
-    return isinstance(data, torch.Tensor)
+def is_torch_tensor(tensor: Any) -> bool:
+    """True when ``tensor`` is a ``torch.Tensor``."""
+    return isinstance(tensor, torch.Tensor)
 
 
 def is_namedtuple(data: Any) -> bool:
@@ -144,15 +144,16 @@ def has_only_tensors(data: Any) -> bool:
 
 
 def send_to_device(
-    data: Any,
+    tensor: Any,
     device: torch.device | str | int,
     non_blocking: bool = False,
     skip_keys: str | list[str] | tuple[str, ...] | None = None,
 ) -> Any:
-    """Move every tensor (and every object with a ``.to`` method) in nested ``data`` to ``device``.
+    """Move every tensor (and every object with a ``.to`` method) in nested ``tensor`` to
+    ``device``.
 
     Args:
-        data: nested lists / tuples / dicts of tensors or objects with ``.to``.
+        tensor: nested lists / tuples / dicts of tensors or objects with ``.to``.
         device: where to move them.
         non_blocking: passed to ``.to`` where it is accepted.
         skip_keys: dictionary keys whose values stay where they are.
@@ -160,21 +161,23 @@ def send_to_device(
     Returns:
         The same structure, moved. Other objects are returned unchanged.
     """
-    if is_torch_tensor(data) or hasattr(data, "to"):
+    if is_torch_tensor(tensor) or hasattr(tensor, "to"):
         try:
-            return data.to(device, non_blocking=non_blocking)
+            return tensor.to(device, non_blocking=non_blocking)
         except TypeError:  # a .to that does not take non_blocking
-            return data.to(device)
-    if isinstance(data, (tuple, list)):
-        return honor_type(data, (send_to_device(t, device, non_blocking, skip_keys) for t in data))
-    if isinstance(data, Mapping):
+            return tensor.to(device)
+    if isinstance(tensor, (tuple, list)):
+        return honor_type(
+            tensor, (send_to_device(t, device, non_blocking, skip_keys) for t in tensor)
+        )
+    if isinstance(tensor, Mapping):
         skip = [skip_keys] if isinstance(skip_keys, str) else list(skip_keys or [])
         items = {
             k: v if k in skip else send_to_device(v, device, non_blocking, skip_keys)
-            for k, v in data.items()
+            for k, v in tensor.items()
         }
-        return _rebuild_mapping(data, items)
-    return data
+        return _rebuild_mapping(tensor, items)
+    return tensor
 
 
 def find_batch_size(data: Any) -> int:
@@ -223,8 +226,11 @@ def find_device(data: Any) -> torch.device | None:
     return data.device if is_torch_tensor(data) else None
 
 
-def slice_tensors(data: Any, tensor_slice: Any) -> Any:
-    """Index every tensor of nested ``data`` with ``tensor_slice`` (a slice, int, or index)."""
+def slice_tensors(
+    data: Any, tensor_slice: Any, process_index: int | None = None, num_processes: int | None = None
+) -> Any:
+    """Index every tensor of nested ``data`` with ``tensor_slice`` (a slice, int, or index).
+    ``process_index`` and ``num_processes`` are accepted as in Accelerate and not used."""
 
     def _slice(tensor: torch.Tensor, index: Any) -> torch.Tensor:
         return tensor[index]
@@ -277,13 +283,13 @@ def _is_half_tensor(data: Any) -> bool:
     return is_torch_tensor(data) and data.dtype in (torch.float16, torch.bfloat16)
 
 
-def convert_to_fp32(data: Any) -> Any:
-    """Cast every float16 / bfloat16 tensor of nested ``data`` to float32; the rest is kept."""
+def convert_to_fp32(tensor: Any) -> Any:
+    """Cast every float16 / bfloat16 tensor of nested ``tensor`` to float32; the rest is kept."""
 
-    def _to_fp32(tensor: torch.Tensor) -> torch.Tensor:
-        return tensor.float()
+    def _to_fp32(leaf: torch.Tensor) -> torch.Tensor:
+        return leaf.float()
 
-    return recursively_apply(_to_fp32, data, test_type=_is_half_tensor)
+    return recursively_apply(_to_fp32, tensor, test_type=_is_half_tensor)
 
 
 def truncate(data: Any, num_samples: int) -> Any:

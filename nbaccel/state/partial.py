@@ -181,11 +181,11 @@ class ProcessView:
 
         return wrapper  # type: ignore[return-value]
 
-    def on_main_process(self, function: F) -> F:
+    def on_main_process(self, function: Any = None) -> Any:
         """Decorator: run ``function`` on the main process only."""
         return self._only_when(lambda: self.is_main_process, function)
 
-    def on_local_main_process(self, function: F) -> F:
+    def on_local_main_process(self, function: Any = None) -> Any:
         """Decorator: run ``function`` on the first process of each machine only."""
         return self._only_when(lambda: self.is_local_main_process, function)
 
