@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from accelerator_checks import all_ranks
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -31,12 +32,6 @@ COMPAT_CHECKS: list[Callable[[], None]] = []
 def check(function: Callable[[], None]) -> Callable[[], None]:
     COMPAT_CHECKS.append(function)
     return function
-
-
-def all_ranks(value: Any) -> list[Any]:
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, value)
-    return out
 
 
 def shared_directory() -> str:
