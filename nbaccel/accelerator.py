@@ -19,6 +19,7 @@ from .config.resolve import configured_accumulation_steps, configured_dynamo_plu
 from .data import DataLoaderConfiguration, skip_first_batches
 from .enums import DynamoBackend, RNGType
 from .fsdp import FullyShardedDataParallelPlugin
+from .fsdp.config_keys import launched_with_fsdp
 from .kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -166,6 +167,8 @@ class Accelerator(
                     f"Accelerator({name}=...) is not supported by nbaccel yet; several "
                     "processes train with DDP, or pass fsdp_plugin for sharded training."
                 )
+        if fsdp_plugin is None and STATE.accelerator is None and launched_with_fsdp():
+            fsdp_plugin = FullyShardedDataParallelPlugin()  # the launch's fsdp_config
         _check_arguments(
             device_placement=device_placement,
             dataloader_config=dataloader_config,

@@ -22,6 +22,7 @@ from ..ops import broadcast_object_list
 from ..plugins import ProjectConfiguration
 from ..preparation import Preparer
 from ..state import AcceleratorState
+from ..state.handshake import enter
 from ..strategies import FSDPStrategy, Strategy
 from ..validation import check_bool, check_instance, check_path
 from .export import save_model_files
@@ -159,6 +160,7 @@ class CheckpointingMixin:
         at all. Returns the checkpoint directory."""
         check_path("save_state(output_dir)", output_dir)
         check_bool("save_state(safe_serialization)", safe_serialization)
+        enter("save_state")  # every process takes part: fails at once if some are elsewhere
         config = self.project_configuration
         target = self._save_target(output_dir)
         token = broadcast_object_list([secrets.token_hex(6)])[0]
@@ -315,6 +317,7 @@ class CheckpointingMixin:
         from ..fsdp.state_dict import full_model_state_dict, is_fsdp_model
 
         if self._fsdp() is not None and is_fsdp_model(model):
+            enter("an FSDP model's full state dict")  # get_state_dict, save_model, save_state
             if everywhere is None:
                 everywhere = self.project_configuration.save_on_each_node
             return full_model_state_dict(model, everywhere=everywhere)

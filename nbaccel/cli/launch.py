@@ -31,7 +31,7 @@ from ..config import (
     resolve_launch,
     save_config_file,
 )
-from ..environment import gloo_socket_interface, user_thread_count
+from ..environment import fsdp_launch_variables, gloo_socket_interface, user_thread_count
 from ..launch.variables import temporary_environment
 from .config import add_field_flags, field_values
 
@@ -164,6 +164,8 @@ def _child_environment(resolved: ResolvedLaunch, config_path: Path) -> dict[str,
         env["NBACCEL_USE_CPU"] = "1"  # read by the device choice of every process
     if cfg.debug:
         env["NBACCEL_DEBUG_MODE"] = "1"
+    if cfg.distributed_type == "FSDP":
+        env.update(fsdp_launch_variables(cfg.fsdp_config.for_processes(resolved.cpu)))
     if cfg.gpu_ids not in (None, "all") and not resolved.cpu:
         env["CUDA_VISIBLE_DEVICES"] = str(cfg.gpu_ids)
     if cfg.distributed_type == "XLA" and cfg.downcast_bf16 and cfg.mixed_precision == "bf16":
@@ -177,12 +179,22 @@ def _child_environment(resolved: ResolvedLaunch, config_path: Path) -> dict[str,
     return env
 
 
+def _strategy(resolved: ResolvedLaunch) -> str:
+    """What the processes' ``Accelerator()`` will run, as the banner says it."""
+    cfg = resolved.config
+    if cfg.distributed_type != "FSDP":
+        return cfg.distributed_type
+    if resolved.world_size == 1:
+        return "NO (FSDP asked for, but one process trains unsharded: FSDP needs 2 or more)"
+    return f"FSDP ({cfg.fsdp_config.describe(resolved.cpu)})"
+
+
 def _describe(resolved: ResolvedLaunch) -> str:
     cfg = resolved.config
     where = f"{resolved.path}" if resolved.path else "no config file"
     return (
         f"nbaccel launch: {resolved.processes_per_machine} process(es) x {cfg.num_machines} "
-        f"machine(s), {cfg.distributed_type}, {'cpu' if resolved.cpu else 'gpu'}, "
+        f"machine(s), {_strategy(resolved)}, {'cpu' if resolved.cpu else 'gpu'}, "
         f"mixed_precision={cfg.mixed_precision} ({where})"
     )
 

@@ -13,9 +13,11 @@ from typing import Any
 from .values import ValueProblem, as_bool, as_choice, as_int, as_str
 
 __all__ = [
+    "FSDP_ALIASES",
     "FSDP_KEYS",
     "FSDP_V1_ONLY",
     "SHARDING_STRATEGIES",
+    "XLA_KEYS",
     "FsdpConfig",
     "convert_to_fsdp2",
 ]
@@ -100,6 +102,29 @@ FSDP_KEYS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "fsdp_sync_module_states": (as_bool, "version 1: broadcast rank 0's weights at wrap time"),
 }
 
+# Other spellings of the Transformers FSDP guide (and TrainingArguments.fsdp_config).
+FSDP_ALIASES = {
+    "fsdp_wrap_policy": "fsdp_auto_wrap_policy",
+    "min_num_param": "fsdp_min_num_params",
+    "fsdp_min_num_param": "fsdp_min_num_params",
+}
+
+
+def _xla_settings(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueProblem(f"has the value {value!r}, which is not a mapping of XLA FSDP options")
+    return {str(k): v for k, v in value.items()}
+
+
+# The guide's TPU keys: FSDP through torch_xla (``XlaFullyShardedDataParallel``).
+XLA_KEYS: dict[str, tuple[Callable[[Any], Any], str]] = {
+    "xla": (as_bool, "TPU only: shard with torch_xla's XlaFullyShardedDataParallel"),
+    "xla_fsdp_settings": (_xla_settings, "TPU only: keyword arguments for the XLA FSDP wrapper"),
+    "xla_fsdp_grad_ckpt": (as_bool, "TPU only: gradient checkpointing of each wrapped layer"),
+}
+
 # Keys that only version 1 knows; version 2 (``fully_shard``) has no such setting.
 FSDP_V1_ONLY = (
     "fsdp_sharding_strategy",
@@ -124,13 +149,21 @@ class FsdpConfig:
 
     def __post_init__(self) -> None:
         checked: dict[str, Any] = {}
-        for key, raw in dict(self.values).items():
-            if key not in FSDP_KEYS:
-                raise ValueProblem("is not an fsdp_config key", key=key, known=tuple(FSDP_KEYS))
+        parsers = {**FSDP_KEYS, **XLA_KEYS}
+        for given, raw in dict(self.values).items():
+            key = FSDP_ALIASES.get(str(given), str(given))
+            if key not in parsers:
+                known = (*parsers, *FSDP_ALIASES)
+                raise ValueProblem("is not an fsdp_config key", key=given, known=known)
+            if key in checked:
+                raise ValueProblem(f"gives {key} a second time; keep one spelling", key=given)
             try:
-                checked[key] = FSDP_KEYS[key][0](raw)
+                checked[key] = parsers[key][0](raw)
             except ValueProblem as problem:
-                raise problem.at(key) from None
+                raise problem.at(str(given)) from None
+        nested = checked.get("xla_fsdp_settings", {}).pop("xla_fsdp_grad_ckpt", None)
+        if nested is not None:  # the guide's YAML puts it under xla_fsdp_settings too
+            checked.setdefault("xla_fsdp_grad_ckpt", _parse_nested_ckpt(nested))
         if "fsdp_backward_prefetch_policy" in checked:
             old = checked.pop("fsdp_backward_prefetch_policy")
             checked.setdefault("fsdp_backward_prefetch", old)
@@ -158,6 +191,48 @@ class FsdpConfig:
     def to_dict(self) -> dict[str, Any]:
         """The mapping as written to a file."""
         return dict(self.values)
+
+    def for_processes(self, cpu: bool) -> dict[str, Any]:
+        """The mapping a launcher hands its processes: on the CPU, ``fsdp_offload_params`` is
+        dropped (the parameters already live there; offloading needs an accelerator)."""
+        values = dict(self.values)
+        if cpu and values.get("fsdp_offload_params"):
+            values["fsdp_offload_params"] = False
+        return values
+
+    def describe(self, cpu: bool = False) -> str:
+        """What the processes run, in one line (for the launch banners)."""
+        values = self.values
+        parts = [f"version {self.version}"]
+        if self.version == 1:
+            parts.append(values.get("fsdp_sharding_strategy", "FULL_SHARD"))
+        else:
+            reshard = values.get("fsdp_reshard_after_forward", True)
+            parts.append(f"reshard_after_forward={str(reshard).lower()}")
+        policy = values.get("fsdp_auto_wrap_policy", "NO_WRAP")
+        if policy == "TRANSFORMER_BASED_WRAP":
+            policy += f" [{values.get('fsdp_transformer_layer_cls_to_wrap', 'from the model')}]"
+        elif policy == "SIZE_BASED_WRAP":
+            policy += f" [min_num_params={values.get('fsdp_min_num_params', 100_000_000)}]"
+        parts += [policy, values.get("fsdp_state_dict_type", "FULL_STATE_DICT")]
+        for key, label in (
+            ("fsdp_offload_params", "offload params"),
+            ("fsdp_cpu_ram_efficient_loading", "RAM-efficient loading"),
+            ("fsdp_activation_checkpointing", "activation checkpointing"),
+            ("xla", "XLA (TPU)"),
+        ):
+            if values.get(key):
+                parts.append(label)
+        if cpu and values.get("fsdp_offload_params"):
+            parts[parts.index("offload params")] = "offload params dropped (CPU run)"
+        return ", ".join(parts)
+
+
+def _parse_nested_ckpt(value: Any) -> bool:
+    try:
+        return bool(as_bool(value))
+    except ValueProblem as problem:
+        raise problem.at("xla_fsdp_settings.xla_fsdp_grad_ckpt") from None
 
 
 _RESHARD = {

@@ -59,8 +59,11 @@ class ResolvedLaunch:
 
     @property
     def cpu(self) -> bool:
-        """True when the processes run on the CPU."""
-        return self.config.use_cpu or self.config.distributed_type == "MULTI_CPU"
+        """True when the processes run on the CPU (asked for, or no GPU on this machine)."""
+        config = self.config
+        if config.use_cpu or config.distributed_type == "MULTI_CPU":
+            return True
+        return config.distributed_type != "XLA" and cuda_device_count() == 0
 
 
 def _pick(name: str, explicit: Mapping[str, Any], loaded: LoadedConfig | None) -> tuple[Any, str]:
@@ -147,7 +150,8 @@ def launcher_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     ``num_processes`` becomes the file's processes per machine; ``use_port`` and
     ``master_addr`` come from ``main_process_port`` / ``main_process_ip`` (a port from the
     file is used as if it had been passed); ``cpu`` and ``debug`` from ``use_cpu`` / ``debug``;
-    ``max_restarts`` and ``start_method`` from the keys of those names. With no config file
+    ``max_restarts`` and ``start_method`` from the keys of those names; ``fsdp_config`` (the
+    file's, for ``distributed_type: FSDP``) is handed to the workers. With no config file
     the arguments come back unchanged.
     """
     loaded = config_in_force()
@@ -164,6 +168,7 @@ def launcher_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:
         "debug": True if cfg.debug else None,
         "max_restarts": cfg.max_restarts if "max_restarts" in loaded.keys else None,
         "start_method": cfg.start_method if "start_method" in loaded.keys else None,
+        "fsdp_config": cfg.fsdp_config.to_dict() if cfg.distributed_type == "FSDP" else None,
     }
     for key, value in fill.items():
         if out.get(key) is None and value is not None:

@@ -25,6 +25,7 @@ from .devices import (
     cuda_device_count,
     hardware_description,
 )
+from .fsdp import fsdp_launch_variables, read_fsdp_launch
 from .launch import (
     LaunchEnvironment,
     debug_mode_requested,
@@ -53,6 +54,7 @@ __all__ = [
     "cuda_device_count",
     "debug_mode_requested",
     "environment_for_child",
+    "fsdp_launch_variables",
     "fsdp_ram_efficient_loading_enabled",
     "gloo_socket_interface",
     "hardware_description",
@@ -62,6 +64,7 @@ __all__ = [
     "launch_variables",
     "log_level_requested",
     "nbaccel_default_config_path",
+    "read_fsdp_launch",
     "read_launch_environment",
     "sanity_fail_rank",
     "set_fsdp_ram_efficient_loading",

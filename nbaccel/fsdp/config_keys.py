@@ -1,26 +1,20 @@
-"""The config file's ``fsdp_config`` keys (and the guide's other spellings) -> plugin arguments."""
+"""The config file's ``fsdp_config`` keys (and the guide's other spellings) -> plugin arguments,
+and the FSDP settings of the launch that started this process."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from ..config.fsdp import FsdpConfig, convert_to_fsdp2
-from ..config.values import ValueProblem, as_bool
+from ..config.fsdp import FSDP_ALIASES, XLA_KEYS, FsdpConfig, convert_to_fsdp2
+from ..config.values import ValueProblem
+from ..environment import read_fsdp_launch, read_launch_environment
 
-__all__ = ["KEY_TO_ARGUMENT", "plugin_kwargs"]
-
-# Other spellings seen in the Transformers guide and in TrainingArguments.fsdp_config.
-_ALIASES = {
-    "fsdp_wrap_policy": "fsdp_auto_wrap_policy",
-    "min_num_param": "fsdp_min_num_params",
-    "fsdp_min_num_param": "fsdp_min_num_params",
-}
-_XLA_KEYS = ("xla", "xla_fsdp_settings", "xla_fsdp_grad_ckpt")
+__all__ = ["KEY_TO_ARGUMENT", "launch_plugin_kwargs", "launched_with_fsdp", "plugin_kwargs"]
 
 KEY_TO_ARGUMENT = {
     "fsdp_version": "fsdp_version",
-    "fsdp_sharding_strategy": "sharding_strategy",
+    "fsdp_sharding_strategy": "reshard_after_forward",  # version 1: a strategy (not deprecated)
     "fsdp_reshard_after_forward": "reshard_after_forward",
     "fsdp_auto_wrap_policy": "auto_wrap_policy",
     "fsdp_transformer_layer_cls_to_wrap": "transformer_cls_names_to_wrap",
@@ -33,56 +27,59 @@ KEY_TO_ARGUMENT = {
     "fsdp_forward_prefetch": "forward_prefetch",
     "fsdp_use_orig_params": "use_orig_params",
     "fsdp_sync_module_states": "sync_module_states",
+    "xla": "xla",
+    "xla_fsdp_settings": "xla_fsdp_settings",
+    "xla_fsdp_grad_ckpt": "xla_fsdp_grad_ckpt",
 }
 
 
 def _canonical(key: str) -> str:
-    key = _ALIASES.get(key, key)
-    if key in _XLA_KEYS or key.startswith("fsdp_") or key == "fsdp_backward_prefetch_policy":
+    if key in FSDP_ALIASES or key in XLA_KEYS or key.startswith("fsdp_"):
         return key
-    return _ALIASES.get(f"fsdp_{key}", f"fsdp_{key}")  # TrainingArguments drops the prefix
-
-
-def _split(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(fsdp_* keys for FsdpConfig, XLA settings)."""
-    fsdp: dict[str, Any] = {}
-    xla: dict[str, Any] = {}
-    for raw_key, value in config.items():
-        key = _canonical(str(raw_key))
-        target = xla if key in _XLA_KEYS else fsdp
-        if key in target:
-            raise ValueError(f"fsdp_config gives {key!r} twice (as {raw_key!r}); keep one.")
-        target[key] = value
-    return fsdp, xla
-
-
-def _xla_kwargs(xla: dict[str, Any]) -> dict[str, Any]:
-    settings = dict(xla.get("xla_fsdp_settings") or {})
-    grad_ckpt = xla.get("xla_fsdp_grad_ckpt", settings.pop("xla_fsdp_grad_ckpt", False))
-    try:
-        return {
-            "xla": as_bool(xla.get("xla", False)),
-            "xla_fsdp_settings": settings or None,
-            "xla_fsdp_grad_ckpt": as_bool(grad_ckpt),
-        }
-    except ValueProblem as problem:
-        raise ValueError(f"fsdp_config XLA setting: {problem}") from None
+    return f"fsdp_{key}"  # TrainingArguments.fsdp_config drops the prefix
 
 
 def plugin_kwargs(config: Mapping[str, Any], to_fsdp2: bool = False) -> dict[str, Any]:
-    """Plugin keyword arguments for ``config``; ``to_fsdp2`` converts a version-1 config."""
-    fsdp, xla = _split(config)
+    """Plugin keyword arguments for ``config``; ``to_fsdp2`` converts a version-1 config.
+
+    Raises:
+        ValueError: naming the key whose value is wrong or unknown.
+    """
     try:
-        checked = FsdpConfig(fsdp)
+        checked = FsdpConfig({_canonical(str(k)): v for k, v in config.items()})
     except ValueProblem as problem:
         raise ValueError(f"fsdp_config: {problem}") from None
     if to_fsdp2:
         checked, _notes = convert_to_fsdp2(checked)
-    kwargs = {KEY_TO_ARGUMENT[k]: v for k, v in checked.values.items()}
-    if kwargs.get("cpu_offload") is False:
-        kwargs.pop("cpu_offload")
+    values = dict(checked.values)
+    if "fsdp_sharding_strategy" in values:  # the strategy wins over a version-1 reshard value
+        values.pop("fsdp_reshard_after_forward", None)
+    kwargs = {KEY_TO_ARGUMENT[k]: v for k, v in values.items()}
     names = kwargs.get("transformer_cls_names_to_wrap")
     if isinstance(names, str):
         kwargs["transformer_cls_names_to_wrap"] = [n.strip() for n in names.split(",")]
-    kwargs.update(_xla_kwargs(xla))
+    if kwargs.get("xla_fsdp_settings") == {}:
+        kwargs["xla_fsdp_settings"] = None
+    return kwargs
+
+
+def launched_with_fsdp() -> bool:
+    """True when this process's launcher asked for FSDP and more than one process takes part."""
+    return read_launch_environment().distributed and read_fsdp_launch() is not None
+
+
+def launch_plugin_kwargs(fsdp_version: int | None = None) -> dict[str, Any]:
+    """The launch's FSDP settings as plugin arguments ({} when it gave none), in the form of
+    ``fsdp_version`` when given (a version-1 launch is converted for a version-2 plugin)."""
+    config = read_fsdp_launch()
+    if not config:
+        return {}
+    kwargs = plugin_kwargs(config)
+    launched = kwargs.get("fsdp_version", 1)
+    if fsdp_version == 2 and launched == 1:
+        kwargs = plugin_kwargs(config, to_fsdp2=True)
+    elif fsdp_version == 1 and launched == 2:
+        kwargs.pop("reshard_after_forward", None)  # True/False has no version-1 meaning
+    if fsdp_version is not None:
+        kwargs.pop("fsdp_version", None)
     return kwargs

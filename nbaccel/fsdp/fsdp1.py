@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
 
@@ -28,6 +29,19 @@ def _check_meta(model: nn.Module, plugin: FullyShardedDataParallelPlugin) -> Non
         )
 
 
+def _sync_on_cpu(model: nn.Module, plugin: FullyShardedDataParallelPlugin) -> None:
+    """``sync_module_states`` on the CPU: torch's needs a GPU, so process 0's parameters and
+    buffers are broadcast here, before wrapping (empty ones are made real first)."""
+    if has_meta_tensors(model):
+        model.to_empty(device=torch.device("cpu"))  # filled from process 0 below
+    ignored = resolve_ignored_modules(model, plugin.ignored_modules)
+    skip = {id(t) for m in ignored for t in [*m.parameters(), *m.buffers()]}
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            if id(tensor) not in skip:
+                dist.broadcast(tensor.data, src=0)
+
+
 def _kwargs(
     model: nn.Module, plugin: FullyShardedDataParallelPlugin, device: torch.device
 ) -> dict[str, Any]:
@@ -45,7 +59,10 @@ def _kwargs(
         "use_orig_params": plugin.use_orig_params,
         "device_id": device,
     }
-    if plugin.sync_module_states or has_meta_tensors(model):
+    if device.type == "cpu" and plugin.sync_module_states:
+        _sync_on_cpu(model, plugin)
+        kwargs["sync_module_states"] = False  # done above
+    if kwargs["sync_module_states"] or has_meta_tensors(model):
         kwargs["param_init_fn"] = plugin.param_init_fn
     if strategy in _HYBRID:
         kwargs["device_mesh"] = hybrid_mesh(device, plugin.fsdp_group_size)

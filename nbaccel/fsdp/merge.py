@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from .safe_dcp import is_dcp_dir, load_all
 __all__ = ["merge_checkpoint", "merge_fsdp_weights", "merged_file_name"]
 
 _MODEL_NAMES = ("model.safetensors", "pytorch_model.bin")
+_WAIT = timedelta(minutes=30)
 
 
 def merged_file_name(state: dict[str, Any], safe_serialization: bool) -> str:
@@ -140,9 +142,12 @@ def merge_fsdp_weights(
         safe_serialization: safetensors (True) or ``torch.save`` (False) for weights.
         remove_checkpoint_dir: delete ``checkpoint_dir`` once the merged file is written.
 
-    Needs no process group; called in a launched function, the main process merges and the
-    others wait. Keys are the model's own parameter names: the file loads into the plain
-    model with ``load_state_dict(..., strict=True)``.
+    Needs no process group and runs no collective: in a launched function only the main
+    process merges, so ``if accelerator.is_main_process: merge_fsdp_weights(...)`` followed by
+    ``accelerator.wait_for_everyone()`` works. Called on every process, the others wait for the
+    main process's merge (through the job's key-value store, up to 30 minutes) and raise if it
+    failed. Keys are the model's own parameter names: the file loads into the plain model with
+    ``load_state_dict(..., strict=True)``.
     """
     check_path("merge_fsdp_weights(checkpoint_dir)", checkpoint_dir, allow_none=False)
     check_path("merge_fsdp_weights(output_path)", output_path, allow_none=False)
@@ -153,15 +158,42 @@ def merge_fsdp_weights(
     if not group:
         merge_checkpoint(*arguments)
         return
-    _check(Path(checkpoint_dir).expanduser(), Path(output_path).expanduser(), False)
-    failure: list[Any] = [None]
-    if dist.get_rank() == 0:
-        try:
-            merge_checkpoint(*arguments)
-        except BaseException as error:  # the others raise too instead of waiting forever
-            failure = [f"{type(error).__name__}: {error}"]
-            dist.broadcast_object_list(failure, src=0)
-            raise
-    dist.broadcast_object_list(failure, src=0)
-    if failure[0] is not None:
-        raise RuntimeError(f"merge_fsdp_weights failed on the main process: {failure[0]}")
+    store = _store()
+    key = f"nbaccel/merge_fsdp_weights/{Path(output_path).expanduser().resolve()}"
+    if dist.get_rank() != 0:
+        if store is not None:
+            _wait_for_main(store, key)
+        return
+    status = "ok"
+    try:
+        merge_checkpoint(*arguments)
+    except BaseException as error:  # processes that wait raise too, instead of waiting on
+        status = f"{type(error).__name__}: {error}"
+        raise
+    finally:
+        if store is not None:  # the count of merges into this output: the k-th call's result
+            store.set(f"{key}/{store.add(key, 1)}", status)
+
+
+def _store() -> Any:
+    """The job's key-value store (torch's default store), or None where there is none."""
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except Exception:
+        return None
+
+
+def _wait_for_main(store: Any, key: str) -> None:
+    """Wait for the main process's merge matching this process's k-th call for the output."""
+    mine = store.add(f"{key}/rank{dist.get_rank()}", 1)
+    try:
+        store.wait([f"{key}/{mine}"], _WAIT)
+    except RuntimeError:
+        raise TimeoutError(
+            f"merge_fsdp_weights on process {dist.get_rank()} waited {_WAIT} for the main "
+            "process to merge into the same output_path, and it did not. Only the main process "
+            "merges: call it there (`if accelerator.is_main_process:`), or on every process."
+        ) from None
+    status = store.get(f"{key}/{mine}").decode()
+    if status != "ok":
+        raise RuntimeError(f"merge_fsdp_weights failed on the main process: {status}")

@@ -70,6 +70,7 @@ class FullyShardedDataParallelPlugin:
     xla_fsdp_grad_ckpt: bool = False
 
     def __post_init__(self) -> None:
+        self._take_launch_defaults()
         version = 1 if self.fsdp_version is None else self.fsdp_version
         if isinstance(version, bool) or version not in (1, 2):
             raise ValueError(f"fsdp_version={self.fsdp_version!r} is not allowed; use 1 or 2.")
@@ -96,6 +97,30 @@ class FullyShardedDataParallelPlugin:
             raise ValueError(f"fsdp_group_size={self.fsdp_group_size!r} must be an int >= 1.")
 
     # -- construction steps ------------------------------------------------------------------
+    def _take_launch_defaults(self) -> None:
+        """Options left unset take the launch's FSDP settings (``nbaccel launch`` with an
+        ``fsdp_config``, ``accelerate launch``'s ``FSDP_*`` variables), as in Accelerate. The
+        sharding pair and the wrap-policy trio are taken together or not at all."""
+        from .config_keys import launch_plugin_kwargs
+
+        launch = launch_plugin_kwargs(self.fsdp_version)
+        if not launch:
+            return
+        groups = [
+            ("sharding_strategy", "reshard_after_forward"),
+            ("auto_wrap_policy", "transformer_cls_names_to_wrap", "min_num_params"),
+            ("xla", "xla_fsdp_settings", "xla_fsdp_grad_ckpt"),
+        ]
+        grouped = {name for group in groups for name in group}
+        for group in groups:
+            if all(getattr(self, name) in (None, False) for name in group):
+                for name in group:
+                    if name in launch:
+                        setattr(self, name, launch[name])
+        for name, value in launch.items():
+            if name not in grouped and getattr(self, name) is None:
+                setattr(self, name, value)
+
     def _set_sharding(self) -> None:
         """``sharding_strategy`` (deprecated) and ``reshard_after_forward`` -> one setting."""
         version, given = self.fsdp_version, self.sharding_strategy

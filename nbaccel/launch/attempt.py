@@ -12,7 +12,12 @@ from typing import Any
 
 import cloudpickle
 
-from ..environment import hardware_description, launch_variables, user_thread_count
+from ..environment import (
+    fsdp_launch_variables,
+    hardware_description,
+    launch_variables,
+    user_thread_count,
+)
 from .config import LaunchConfig
 from .errors import LaunchTimeoutError, build_error, format_fates, root_cause
 from .output import OutputRelay, format_prefix
@@ -32,6 +37,10 @@ def banner(config: LaunchConfig, method: str) -> str:
     if config.mixed_precision != "no":
         precision = f", mixed precision {config.mixed_precision}"
     count = config.num_processes
+    if config.fsdp_config is not None:
+        from ..config.fsdp import FsdpConfig
+
+        precision += f", FSDP ({FsdpConfig(config.fsdp_config).describe(config.cpu)})"
     return f"Launching {count} processes on {where}{nodes} with {method} ({backend}){precision}."
 
 
@@ -195,6 +204,11 @@ class LaunchPlan:
             debug=config.debug,
             use_cpu=config.cpu,
         )
+        if config.fsdp_config is not None:  # the config file in force asks for FSDP
+            from ..config.fsdp import FsdpConfig
+
+            fsdp = FsdpConfig(config.fsdp_config).for_processes(config.cpu)
+            env.update(fsdp_launch_variables(fsdp))
         env["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # the launcher hosts the store
         if not config.multi_node:
             env["GLOO_SOCKET_IFNAME"] = "lo"

@@ -87,6 +87,7 @@ class LaunchConfig:
     rendezvous_timeout: float = 300.0
     accelerator: str = "cpu"
     debug: bool = False
+    fsdp_config: dict[str, Any] | None = None
 
     @property
     def cpu(self) -> bool:
@@ -126,6 +127,7 @@ class LaunchConfig:
                 f"num_processes={num} but this machine has {gpus} GPU(s); use at most {gpus}, "
                 "or pass cpu=True to run the processes on the CPU."
             )
+        fsdp_config = kwargs.pop("fsdp_config", None)  # the config file's, validated there
         debug = kwargs.pop("debug", None)
         if debug is not None and not isinstance(debug, bool):
             raise TypeError(f"debug must be True, False or None, got {debug!r}.")
@@ -133,6 +135,7 @@ class LaunchConfig:
             num_processes=num,
             accelerator=accelerator,
             debug=debug_mode_requested() if debug is None else debug,
+            fsdp_config=fsdp_config,
             **cls._checked(kwargs),
         )
 

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from ..environment import read_launch_environment
+from ..state.handshake import enter
 from ..state.registry import STATE, reset_registry
 from .bars import text_bars_in_worker
 from .errors import capture_exception
@@ -121,8 +122,8 @@ def run_worker(spec: WorkerSpec, forked: bool) -> int:
             with contextlib.suppress(Exception):
                 # every rank has finished joining before any closes its connections: a rank
                 # that leaves first would cut a slower peer's handshake short
-                dist.barrier()
-                dist.destroy_process_group()
+                enter("the end of the launched function")  # a peer still in a collective
+                dist.destroy_process_group()  # fails at once (CollectiveMismatchError)
     except BaseException as exc:  # a failure of the worker machinery itself
         with contextlib.suppress(Exception):
             channel.send("error", capture_exception(exc, time.time()))

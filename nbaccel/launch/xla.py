@@ -15,6 +15,7 @@ from typing import Any
 
 import cloudpickle
 
+from ..environment import fsdp_launch_variables
 from ..state.registry import reset_registry
 from .config import LaunchConfig
 from .errors import RankFate, build_error, capture_exception, root_cause
@@ -94,6 +95,8 @@ def _xla_variables(config: LaunchConfig) -> dict[str, str | None]:
         changes["XLA_USE_BF16"] = "1"
     if config.debug:
         changes["NBACCEL_DEBUG_MODE"] = "1"
+    if config.fsdp_config is not None:  # xla: true in it shards with XLA's FSDP
+        changes.update(fsdp_launch_variables(config.fsdp_config))
     return changes
 
 

@@ -11,6 +11,7 @@ from .nested import recursively_apply
 __all__ = [
     "Check",
     "agree",
+    "agree_packed",
     "check_process",
     "gather_hint",
     "per_process",
@@ -54,12 +55,31 @@ def agree(op: str, data: Any, ctx: Context, check: Check) -> tuple[list[Any], li
     Returns:
         This process's tensors (traversal order) and every process's layout.
     """
+    tensors, layouts, _ = agree_packed(op, data, ctx, check)
+    return tensors, layouts
+
+
+Pack = Callable[[list[Any]], tuple[list[int], Any]]
+
+
+def agree_packed(
+    op: str, data: Any, ctx: Context, check: Check, pack: Pack | None = None
+) -> tuple[list[Any], list[Layout], Any]:
+    """:func:`agree`; with ``pack``, also the tensors that travel with the layouts.
+
+    ``pack(tensors)`` returns the indices of the tensors it packed and their bytes (a uint8
+    CPU tensor, or None). The third value is every process's packed bytes, or None when the
+    processes did not pack the same tensors (then every tensor still has to travel).
+    """
     local_error: TypeError | None = None
     try:
         tensors = tensor_leaves(op, data, ctx)
     except TypeError as error:
         local_error, tensors = error, []
-    layouts = exchange_layouts(Layout.of(tensors, ok=local_error is None), ctx)
+    chosen, payload = pack([t for _, t in tensors]) if pack and not local_error else ([], None)
+    layouts, extras, rows = exchange_layouts(
+        Layout.of(tensors, ok=local_error is None), ctx, op, chosen, payload
+    )
     if local_error is not None:
         raise local_error
     bad = [i for i, layout in enumerate(layouts) if not layout.ok]
@@ -77,7 +97,8 @@ def agree(op: str, data: Any, ctx: Context, check: Check) -> tuple[list[Any], li
             "of tensors on every process."
         )
     check(op, layouts, [path for path, _ in tensors])
-    return [tensor for _, tensor in tensors], layouts
+    same = rows is not None and chosen and all(e == chosen for e in extras)
+    return [tensor for _, tensor in tensors], layouts, rows if same else None
 
 
 def same_shape_and_dtype(hint: Callable[[int, list[tuple[int, ...]]], str]) -> Check:

@@ -8,8 +8,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..state.handshake import PAYLOAD_BYTES, all_gather_into
 from .checks import (
     agree,
+    agree_packed,
     check_process,
     gather_hint,
     per_process,
@@ -38,13 +40,38 @@ REDUCTIONS = ("sum", "mean", "none")
 
 def _gather_one(tensor: torch.Tensor, ctx: Context) -> torch.Tensor:
     tensor = (tensor.reshape(1) if tensor.ndim == 0 else tensor).contiguous()
-    if ctx.backend in (None, "gloo"):
-        parts = [torch.empty_like(tensor) for _ in range(ctx.num_processes)]
-        dist.all_gather(parts, tensor)
-        return torch.cat(parts, dim=0)
     out = tensor.new_empty((ctx.num_processes * tensor.shape[0], *tensor.shape[1:]))
-    dist.all_gather_into_tensor(out, tensor)
+    all_gather_into(out, tensor)  # straight into the result: no copy after it
     return out
+
+
+def _pack_small(tensors: list[torch.Tensor]) -> tuple[list[int], torch.Tensor | None]:
+    """The CPU tensors small enough to travel with the layout check (in traversal order, while
+    they fit), and their bytes."""
+    chosen: list[int] = []
+    parts: list[torch.Tensor] = []
+    size = 0
+    for index, tensor in enumerate(tensors):
+        nbytes = tensor.numel() * tensor.element_size()
+        if tensor.device.type == "cpu" and size + nbytes <= PAYLOAD_BYTES:
+            chosen.append(index)
+            parts.append(tensor.detach().contiguous().reshape(-1).view(torch.uint8))
+            size += nbytes
+    return chosen, (torch.cat(parts) if parts else None)
+
+
+def _unpack_small(
+    tensors: list[torch.Tensor], chosen: list[int], rows: torch.Tensor, results: list[Any]
+) -> None:
+    """Cut each packed tensor's rows (one per process) out of the gathered payloads."""
+    offset = 0
+    for index in chosen:
+        tensor = tensors[index]
+        nbytes = tensor.numel() * tensor.element_size()
+        part = rows[:, offset : offset + nbytes].contiguous().view(tensor.dtype)
+        shape = tensor.shape if tensor.ndim else (1,)
+        results[index] = part.reshape(rows.shape[0] * shape[0], *shape[1:])
+        offset += nbytes
 
 
 def _gather_fused(tensors: list[torch.Tensor], ctx: Context) -> list[torch.Tensor]:
@@ -88,18 +115,35 @@ def gather(data: Any) -> Any:
     if not ctx.distributed:
         tensor_leaves("gather", data, None)
         return data
-    tensors, _ = agree("gather", data, ctx, same_shape_and_dtype(gather_hint))
+    check = same_shape_and_dtype(gather_hint)
     if ctx.is_xla:
         import torch_xla.core.xla_model as xm
 
-        results = [
+        tensors, _ = agree("gather", data, ctx, check)
+        gathered = [
             xm.all_gather((t.reshape(1) if t.ndim == 0 else t).contiguous()) for t in tensors
         ]
         xm.mark_step()
-    elif len(tensors) > 1 and len({t.device for t in tensors}) == 1:
-        results = _gather_fused(tensors, ctx)
+        return rebuild(data, gathered)
+    packed: list[list[int]] = []
+
+    def pack(leaves: list[torch.Tensor]) -> tuple[list[int], torch.Tensor | None]:
+        chosen, payload = _pack_small(leaves)
+        packed.append(chosen)
+        return chosen, payload
+
+    gloo = ctx.backend in (None, "gloo")
+    tensors, _, rows = agree_packed("gather", data, ctx, check, pack if gloo else None)
+    results: list[Any] = [None] * len(tensors)
+    if rows is not None:  # the small tensors came with the layout check
+        _unpack_small(tensors, packed[0], rows, results)
+    rest = [i for i, r in enumerate(results) if r is None]
+    if len(rest) > 1 and len({tensors[i].device for i in rest}) == 1:
+        for index, result in zip(rest, _gather_fused([tensors[i] for i in rest], ctx), strict=True):
+            results[index] = result
     else:
-        results = [_gather_one(t, ctx) for t in tensors]
+        for index in rest:
+            results[index] = _gather_one(tensors[index], ctx)
     return rebuild(data, results)
 
 
@@ -119,6 +163,7 @@ def gather_object(obj: Any) -> list[Any]:
 
         gathered = list(xm.mesh_reduce("nbaccel.ops.gather_object", obj, list))
     else:
+        exchange_ints([], ctx, "gather_object")  # fails at once if some are elsewhere
         gathered = [None] * ctx.num_processes
         dist.all_gather_object(gathered, obj)
     if all(isinstance(item, (list, tuple)) for item in gathered):

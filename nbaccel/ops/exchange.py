@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from ..enums import DistributedType
 from ..state import PartialState
+from ..state.handshake import handshake, handshake_payload
 
 __all__ = [
     "Context",
@@ -28,8 +29,6 @@ _DTYPE_NAMES = (
     "uint64",
 )  # fmt: skip
 _DTYPES = tuple(getattr(torch, name) for name in _DTYPE_NAMES if hasattr(torch, name))
-# Layouts up to this many integers travel in one small all_gather; longer ones need a second.
-_INLINE = 64
 
 
 @dataclass(frozen=True)
@@ -154,37 +153,31 @@ def _meta_device(ctx: Context) -> torch.device:
     return torch.device("cpu") if ctx.backend in (None, "gloo") else ctx.device
 
 
-def _all_gather_rows(row: torch.Tensor, world: int) -> torch.Tensor:
-    rows = [torch.empty_like(row) for _ in range(world)]
-    dist.all_gather(rows, row)
-    return torch.stack(rows).cpu()
-
-
 def exchange_ints(values: list[int], ctx: Context, tag: str) -> list[list[int]]:
-    """Every process's list of integers, in process order.
+    """Every process's list of integers, in process order, after the handshake that checks
+    that every process is in the operation ``tag`` (see :mod:`nbaccel.state.handshake`).
 
-    One small all_gather when every list fits in ``_INLINE`` integers, two otherwise; on XLA one
+    One small all_gather when every list fits in 64 integers, two otherwise; on XLA one
     ``mesh_reduce`` under ``tag``. The lists may differ in length between processes.
     """
     if ctx.is_xla:
         import torch_xla.core.xla_model as xm
 
         return [list(v) for v in xm.mesh_reduce(f"nbaccel.ops.{tag}", list(values), list)]
-    device = _meta_device(ctx)
-    head = torch.zeros(_INLINE + 1, dtype=torch.int64)
-    head[0] = len(values)
-    inline = values[:_INLINE]
-    head[1 : 1 + len(inline)] = torch.tensor(inline, dtype=torch.int64)
-    heads = _all_gather_rows(head.to(device), ctx.num_processes)
-    lengths = [int(n) for n in heads[:, 0]]
-    if max(lengths) <= _INLINE:
-        return [heads[i, 1 : 1 + n].tolist() for i, n in enumerate(lengths)]
-    full = torch.zeros(max(lengths), dtype=torch.int64)
-    full[: len(values)] = torch.tensor(values, dtype=torch.int64)
-    rows = _all_gather_rows(full.to(device), ctx.num_processes)
-    return [rows[i, :n].tolist() for i, n in enumerate(lengths)]
+    return handshake(tag, values, _meta_device(ctx), ctx.num_processes)
 
 
-def exchange_layouts(layout: Layout, ctx: Context) -> list[Layout]:
-    """Every process's layout, in process order."""
-    return [Layout.decode(v) for v in exchange_ints(layout.encode(), ctx, "layout")]
+def exchange_layouts(
+    layout: Layout, ctx: Context, op: str, extra: list[int] | None = None, payload: Any = None
+) -> tuple[list[Layout], list[list[int]], Any]:
+    """Every process's layout for the operation ``op``, in process order; each process's
+    ``extra`` integers; and, when ``payload`` (CPU bytes, gloo) is given, every process's
+    payload bytes from the same collective (else None)."""
+    values = layout.encode() + list(extra or [])
+    if payload is None or ctx.is_xla:
+        every, rows = exchange_ints(values, ctx, op), None
+    else:
+        every, rows = handshake_payload(op, values, _meta_device(ctx), ctx.num_processes, payload)
+    layouts = [Layout.decode(v) for v in every]
+    extras = [v[len(one.encode()) :] for v, one in zip(every, layouts, strict=True)]
+    return layouts, extras, rows

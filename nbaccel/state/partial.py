@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from ..enums import DistributedType
 from ..splitting import split_for_process
+from .handshake import enter
 from .registry import (
     STATE,
     build_process_record,
@@ -141,7 +142,7 @@ class ProcessView:
 
             xm.rendezvous("nbaccel.wait_for_everyone")
         elif kind != DistributedType.NO and dist.is_initialized():
-            dist.barrier()
+            enter("wait_for_everyone")  # a barrier that fails at once if others are elsewhere
 
     @contextlib.contextmanager
     def _goes_first(self, first: bool) -> Iterator[None]:

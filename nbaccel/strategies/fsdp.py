@@ -46,6 +46,10 @@ class FSDPStrategy(Strategy):
     """Wraps models with FSDP1 ``FullyShardedDataParallel`` or FSDP2 ``fully_shard``."""
 
     def __init__(self, plugin: Any) -> None:
+        from ..fsdp.xla_fsdp import check_xla_fsdp
+        from ..state import AcceleratorState
+
+        check_xla_fsdp(plugin, AcceleratorState().device)  # xla: true off a TPU fails here
         self.plugin = plugin
         self._mapping: dict[int, nn.Parameter] = {}
         self._models: list[nn.Module] = []
@@ -59,10 +63,11 @@ class FSDPStrategy(Strategy):
         if precision in ("fp16", "bf16") and self.plugin.mixed_precision_policy is None:
             self.plugin.set_mixed_precision(precision)
         if self.plugin.xla:
-            raise NotImplementedError(
-                "fsdp_config sets xla: true, but FSDP on TPU (torch_xla's XlaFullyShardedData"
-                "Parallel) is not available in this version of nbaccel; drop xla for GPU/CPU."
-            )
+            from ..fsdp.xla_fsdp import wrap_xla_fsdp
+
+            wrapped = wrap_xla_fsdp(model, self.plugin)
+            self._models.append(wrapped)
+            return wrapped
         if self.plugin.fsdp_version == 2:
             from ..fsdp.fsdp2 import shard_fsdp2
 

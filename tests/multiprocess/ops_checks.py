@@ -138,6 +138,25 @@ def gather_mixed_dtypes_in_one_call() -> None:
 
 
 @check
+def gather_large_and_small_together() -> None:
+    """Small tensors travel with the layout check, large ones in their own collective (one, or
+    one fused for several): every result is as if each tensor had been gathered alone."""
+    rank, world = where()
+
+    def mine(r: int) -> tuple[torch.Tensor, ...]:
+        big = torch.arange(3000, dtype=torch.float32).reshape(1000, 3) + r  # 12 kB
+        return big, torch.tensor([r, 2 * r]), big[:4, :2].t(), big * 2, torch.tensor(r * 1.0)
+
+    out = gather(mine(rank))
+    for index, tensor in enumerate(out):
+        parts = [mine(r)[index] for r in range(world)]
+        expected = torch.stack(parts) if parts[0].ndim == 0 else torch.cat(parts)
+        assert torch.equal(tensor, expected), index
+    alone = gather(mine(rank)[:2])  # one large, one small
+    assert torch.equal(alone[0], torch.cat([mine(r)[0] for r in range(world)]))
+
+
+@check
 def gather_many_tensors() -> None:
     """More tensors than fit in one small layout exchange (the second round)."""
     rank, world = where()

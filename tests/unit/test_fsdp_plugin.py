@@ -173,7 +173,8 @@ def test_from_config_with_the_guides_keys() -> None:
         "fsdp_transformer_layer_cls_to_wrap": "BertLayer",
         "fsdp_use_orig_params": True,
     }
-    with pytest.warns(FutureWarning):
+    with warnings.catch_warnings():  # the file's fsdp_sharding_strategy is not deprecated
+        warnings.simplefilter("error", FutureWarning)
         p = Plugin.from_config(guide)
     assert p.sharding_strategy == ShardingStrategy.FULL_SHARD and p.cpu_offload.offload_params
     assert p.transformer_cls_names_to_wrap == ["BertLayer"] and p.use_orig_params
