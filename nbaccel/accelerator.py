@@ -27,7 +27,13 @@ from .kwargs_handlers import (
     InitProcessGroupKwargs,
     KwargsHandler,
 )
-from .plugins import GradientAccumulationPlugin, ProjectConfiguration, TorchDynamoPlugin
+from .modeling import recompiled
+from .plugins import (
+    GradientAccumulationPlugin,
+    ProjectConfiguration,
+    TorchDynamoPlugin,
+    launched_dynamo_plugin,
+)
 from .precision import Precision
 from .preparation import Preparer
 from .process_control import CollectivesMixin, ProcessControlMixin
@@ -185,7 +191,8 @@ class Accelerator(
         if dynamo_backend is not None and dynamo_plugin is None:
             dynamo_plugin = TorchDynamoPlugin(backend=dynamo_backend)
         elif dynamo_plugin is None:
-            dynamo_plugin = configured_dynamo_plugin()  # the config file's dynamo_config
+            # the config file's dynamo_config, else the ACCELERATE_DYNAMO_* variables
+            dynamo_plugin = configured_dynamo_plugin() or launched_dynamo_plugin()
         pg = handlers.get(InitProcessGroupKwargs)
         fresh = STATE.accelerator is None
         try:
@@ -262,7 +269,9 @@ class Accelerator(
     mixed_precision = property(lambda self: self.state.mixed_precision, doc="The precision.")
     use_distributed = property(lambda self: self.state.use_distributed, doc="Several processes.")
     sync_gradients = property(
-        lambda self: self.gradient_state.sync_gradients, doc="This step synchronises gradients."
+        lambda self: self.gradient_state.sync_gradients,
+        lambda self, value: self.gradient_state._set_sync_gradients(value),
+        doc="This step synchronises gradients (settable, as in Accelerate).",
     )
     split_batches = property(lambda self: self.dataloader_config.split_batches)
     dispatch_batches = property(lambda self: self.dataloader_config.dispatch_batches)
@@ -388,12 +397,15 @@ class Accelerator(
         self.unscale_gradients()
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
 
-    def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True) -> nn.Module:
-        """The user's model inside any DDP / compile wrappers."""
+    def unwrap_model(
+        self, model: nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True
+    ) -> nn.Module:
+        """The user's model inside any DDP / FSDP wrappers (a compiled model stays compiled
+        around it unless ``keep_torch_compile=False``); see :func:`nbaccel.modeling.recompiled`."""
         inner = self.strategy.unwrap_model(model)
         if not keep_fp32_wrapper:
             Precision.unwrap_forward(inner)
-        return inner
+        return recompiled(model, inner) if keep_torch_compile else inner
 
     def free_memory(self, *objects: Any) -> tuple[Any, ...]:
         """Drop the references this Accelerator holds, collect garbage, empty device caches."""

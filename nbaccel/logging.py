@@ -25,7 +25,9 @@ def _flush() -> None:
 class MultiProcessAdapter(logging.LoggerAdapter):
     """A ``LoggerAdapter`` for distributed runs.
 
-    Every logging call accepts two extra keyword arguments:
+    Every logging call accepts two extra keyword arguments (and ``stacklevel``, counted as
+    Accelerate counts it: 2, the default, names the line that called the logger; a wrapper
+    that logs on a user's behalf passes 3):
 
     - ``main_process_only`` (default True): log on the main process only.
     - ``in_order`` (default False): log on every process, one process after the other in
@@ -40,7 +42,9 @@ class MultiProcessAdapter(logging.LoggerAdapter):
         ``in_order`` select."""
         main_process_only = kwargs.pop("main_process_only", True)
         in_order = kwargs.pop("in_order", False)
-        kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 2  # past log() and _emit()
+        # ``stacklevel`` counts as in Accelerate, where 1 is the adapter's log() and 2 (the
+        # default) its caller; one more frame here for _emit().
+        kwargs["stacklevel"] = kwargs.get("stacklevel", 2) + 1
         process = STATE.process
         if process is None:
             raise RuntimeError(
@@ -68,7 +72,7 @@ class MultiProcessAdapter(logging.LoggerAdapter):
     @functools.lru_cache(None)  # noqa: B019  (one warning per message for the logger's life)
     def warning_once(self, *args: Any, **kwargs: Any) -> None:
         """``warning`` that prints each distinct message once."""
-        kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 1
+        kwargs["stacklevel"] = kwargs.get("stacklevel", 2) + 1  # names warning_once's caller
         self.warning(*args, **kwargs)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["find_tied_parameters", "move_model_to_device", "retie_parameters"]
+__all__ = ["find_tied_parameters", "move_model_to_device", "recompiled", "retie_parameters"]
 
 
 def find_tied_parameters(model: nn.Module, **kwargs: Any) -> list[list[str]]:
@@ -52,3 +52,20 @@ def move_model_to_device(model: nn.Module, target: torch.device | str | torch.dt
     if tied:
         retie_parameters(model, tied)
     return model
+
+
+def recompiled(model: nn.Module, inner: nn.Module) -> nn.Module:
+    """``inner`` inside ``model``'s ``torch.compile`` wrapper when ``model`` is compiled.
+
+    ``model`` is a prepared model and ``inner`` the user's model taken out of its wrappers.
+    When ``model`` is a compiled module whose compiled module is ``inner`` already, it comes
+    back as it is; when it compiled a wrapper (DDP, FSDP), a new compiled module with the same
+    settings wraps ``inner``. The prepared model is never modified. Not compiled: ``inner``.
+    """
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    if not isinstance(model, OptimizedModule):
+        return inner
+    if model._orig_mod is inner:
+        return model
+    return OptimizedModule(inner, model.dynamo_ctx)

@@ -26,6 +26,15 @@ def _move_state(state: dict[str, Any], device: torch.device) -> dict[str, Any]:
     return {**state, "state": move(state.get("state", {}))}
 
 
+def _forward(wrapper: Any, field: str, name: str) -> Any:
+    """``name`` of the wrapped object; AttributeError while it is not there yet (unpickling)."""
+    try:
+        wrapped = wrapper.__dict__[field]
+    except KeyError:
+        raise AttributeError(name) from None
+    return getattr(wrapped, name)
+
+
 class AcceleratedOptimizer(torch.optim.Optimizer):
     """Wraps a user's optimizer: steps only on gradient-synchronising steps, through the fp16
     scaler when there is one, and records whether the scaler skipped the step.
@@ -74,7 +83,14 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         return self.optimizer.state
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["optimizer"], name)
+        return _forward(self, "optimizer", name)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Everything the wrapper holds (torch's Optimizer would keep only its own fields)."""
+        return dict(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         self.optimizer.add_param_group(param_group)
@@ -201,4 +217,4 @@ class AcceleratedScheduler:
         return self.scheduler.get_lr()
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["scheduler"], name)
+        return _forward(self, "scheduler", name)

@@ -8,7 +8,12 @@ from typing import Any
 from .enums import DynamoBackend
 from .validation import check_bool, check_path
 
-__all__ = ["GradientAccumulationPlugin", "ProjectConfiguration", "TorchDynamoPlugin"]
+__all__ = [
+    "GradientAccumulationPlugin",
+    "ProjectConfiguration",
+    "TorchDynamoPlugin",
+    "launched_dynamo_plugin",
+]
 
 
 @dataclasses.dataclass
@@ -50,35 +55,79 @@ class GradientAccumulationPlugin:
 class TorchDynamoPlugin:
     """Options for ``torch.compile``.
 
+    A field left at None takes its value from the ``ACCELERATE_DYNAMO_*`` variables that
+    ``accelerate launch`` / ``nbaccel launch`` write (``..._BACKEND``, ``..._MODE``,
+    ``..._USE_FULLGRAPH``, ``..._USE_DYNAMIC``, ``..._USE_REGIONAL_COMPILATION``), else its
+    default, as in Accelerate.
+
     Args:
-        backend: a :class:`DynamoBackend` or its name; ``NO`` disables compilation.
+        backend: a :class:`DynamoBackend` or its name; ``NO`` (the default) disables
+            compilation.
         mode: ``"default"``, ``"reduce-overhead"``, ``"max-autotune"`` or
             ``"max-autotune-no-cudagraphs"``.
-        fullgraph: require the whole model to compile as one graph.
-        dynamic: compile for dynamic shapes.
+        fullgraph: require the whole model to compile as one graph (default False).
+        dynamic: compile for dynamic shapes (None: torch decides).
+        options: a dict of backend options for ``torch.compile``.
+        disable: make ``torch.compile`` a no-op (for testing).
+        use_regional_compilation: compile each block of a repeated ``ModuleList`` on its own
+            and the rest of the model separately (faster cold start).
     """
 
-    backend: DynamoBackend | str = DynamoBackend.NO
-    mode: str = "default"
-    fullgraph: bool = False
+    backend: DynamoBackend | str | None = None
+    mode: str | None = None
+    fullgraph: bool | None = None
     dynamic: bool | None = None
+    options: Any = None
+    disable: bool = False
+    use_regional_compilation: bool | None = None
 
     def __post_init__(self) -> None:
+        from .environment.dynamo import dynamo_settings
+
+        given = dynamo_settings()
+        for name, default in _DYNAMO_DEFAULTS.items():
+            if getattr(self, name) is None:
+                setattr(self, name, given.get(name, default))
+        if self.dynamic is None:
+            self.dynamic = given.get("dynamic")
         self.backend = DynamoBackend.parse(self.backend, "TorchDynamoPlugin(backend)")
-        check_bool("TorchDynamoPlugin(fullgraph)", self.fullgraph)
+        for name in ("fullgraph", "disable", "use_regional_compilation"):
+            check_bool(f"TorchDynamoPlugin({name})", getattr(self, name))
         check_bool("TorchDynamoPlugin(dynamic)", self.dynamic, allow_none=True)
         modes = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
         if self.mode not in modes:
             raise ValueError(f"TorchDynamoPlugin(mode={self.mode!r}) must be one of {modes}.")
+        if self.options is not None and not isinstance(self.options, dict):
+            raise TypeError(f"TorchDynamoPlugin(options=...) must be a dict, got {self.options!r}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, the backend as its lower-case name."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values["backend"] = str(self.backend).lower()
+        return values
 
     def to_kwargs(self) -> dict[str, Any]:
-        """Arguments for ``torch.compile``."""
-        return {
-            "backend": str(self.backend).lower(),
-            "mode": self.mode,
-            "fullgraph": self.fullgraph,
-            "dynamic": self.dynamic,
-        }
+        """Arguments for ``torch.compile``: the fields that differ from their defaults."""
+        defaults = {**_DYNAMO_DEFAULTS, "backend": "no", "dynamic": None, "options": None}
+        defaults["disable"] = False
+        values = self.to_dict()
+        values.pop("use_regional_compilation")
+        return {k: v for k, v in values.items() if v != defaults[k]}
+
+
+_DYNAMO_DEFAULTS: dict[str, Any] = {
+    "backend": DynamoBackend.NO,
+    "mode": "default",
+    "fullgraph": False,
+    "use_regional_compilation": False,
+}
+
+
+def launched_dynamo_plugin() -> TorchDynamoPlugin | None:
+    """The plugin the ``ACCELERATE_DYNAMO_*`` variables describe; None when they name no
+    backend (or ``NO``)."""
+    plugin = TorchDynamoPlugin()
+    return None if plugin.backend == DynamoBackend.NO else plugin
 
 
 @dataclasses.dataclass

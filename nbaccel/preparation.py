@@ -3,6 +3,7 @@ prepared versions, in the order given, and remember them."""
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,21 +119,24 @@ class Preparer:
                 pass
 
     def _check_optimizers(self, given: tuple[Any, ...]) -> None:
-        """Before anything is prepared: an optimizer must optimise the parameters of a model
-        given here or prepared before, when there are such models."""
+        """Before anything is prepared: warn about an optimizer that holds none of the
+        parameters of the models given here or prepared before (Accelerate accepts it)."""
         models = [*self.models, *(obj for obj in given if isinstance(obj, nn.Module))]
         if not models:
             return
         known = {id(p) for m in models for p in m.parameters()}
+        names = ", ".join(sorted({type(m).__name__ for m in models}))
         for original in given:
             if isinstance(original, torch.optim.Optimizer):
                 params = [p for g in original.param_groups for p in g["params"]]
                 if params and not any(id(p) in known for p in params):
-                    raise ValueError(
+                    warnings.warn(
                         f"The optimizer {type(original).__name__} holds none of the parameters "
-                        "of the prepared model(s); it was probably built from another model (or "
-                        "from a copy). Build the optimizer from model.parameters() of the model "
-                        "you pass to prepare()."
+                        f"of the prepared model(s) ({names}); stepping it will not train them. "
+                        "It was probably built from another model (or from a copy): build the "
+                        "optimizer from model.parameters() of the model you pass to prepare().",
+                        UserWarning,
+                        stacklevel=4,
                     )
 
     # -- one kind each -----------------------------------------------------------------------

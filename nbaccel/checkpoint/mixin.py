@@ -34,7 +34,7 @@ from .layout import (
     staging_dir,
     write_manifest,
 )
-from .state import StateObjects, load_state_files, save_state_files
+from .state import StateObjects, load_state_files, save_loader_states, save_state_files
 
 __all__ = ["CheckpointingMixin"]
 
@@ -227,9 +227,11 @@ class CheckpointingMixin:
                     _remove_tree(old)
         self.wait_for_everyone()
         if not publisher and self.state.is_local_main_process and staging.exists():
-            # a machine without a shared file system and without save_on_each_node: its
-            # processes' files (random states) are not part of the checkpoint; leave no trace
-            shutil.rmtree(staging, ignore_errors=True)
+            # a machine without a shared file system and without save_on_each_node: like
+            # Accelerate, it keeps its processes' random states and the data loader positions
+            # in its own directory (the weights stay on the main process's machine)
+            save_loader_states(staging, list(self._preparer.dataloaders))
+            publish(staging, target, token)
 
     def _state_objects(self, **kwargs: Any) -> StateObjects:
         preparer = self._preparer

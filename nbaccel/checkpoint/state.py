@@ -111,13 +111,23 @@ def save_state_files(
                 ("custom_checkpoint", objects.custom),
             )
             for kind, items in groups:
-                for name, item in zip(_names(kind, len(items)), items, strict=True):
-                    save_object(item.state_dict(), directory / name)
+                _save_states(directory, kind, items)
             if objects.scaler is not None:
                 save_object(objects.scaler.state_dict(), directory / "scaler.pt")
     save_object(
         {"rng": capture_rng(), **counters}, directory / f"random_states_{process_index}.pkl"
     )
+
+
+def _save_states(directory: Path, kind: str, items: list[Any]) -> None:
+    for name, item in zip(_names(kind, len(items)), items, strict=True):
+        save_object(item.state_dict(), directory / name)
+
+
+def save_loader_states(directory: Path, dataloaders: list[Any]) -> None:
+    """Write the data loaders' positions (``dl_state_dict*.bin``) into ``directory``: for a
+    machine that does not share the writing process's file system."""
+    _save_states(directory, "dl_state_dict", dataloaders)
 
 
 class _Checked:

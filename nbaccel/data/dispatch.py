@@ -66,6 +66,8 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
     def _base_length(self) -> int:
         if self.batch_sampler is not None and not isinstance(self.dataset, IterableDataset):
             return len(self.batch_sampler)  # type: ignore[arg-type]
+        if self._settings.sampler_is_batch_sampler:
+            return len(self.sampler)  # type: ignore[arg-type]
         try:
             total = len(self.dataset)
         except TypeError as error:

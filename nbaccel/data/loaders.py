@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 
 from ..state import GradientState
 from .batches import send_to_device
+from .rng import synchronize_rng_states
 from .samplers import BatchSamplerShard, SkipBatchSampler
 from .shards import IterableDatasetShard
 
@@ -47,6 +48,10 @@ class LoaderSettings:
     put_on_device: bool = False
     non_blocking: bool = False
     use_stateful_dataloader: bool = False
+    rng_types: tuple[str, ...] = ()
+    synchronized_generator: torch.Generator | None = None
+    user_generator: torch.Generator | None = None
+    sampler_is_batch_sampler: bool = False
 
 
 class PreparedLoaderMixin:
@@ -77,7 +82,8 @@ class PreparedLoaderMixin:
         self._settings = settings
         self._position = position
         self._reseeders = reseeders
-        self._loader_generator = torch.Generator()
+        # the user's DataLoader(generator=...) as it is (the order stays theirs), else our own
+        self._loader_generator = settings.user_generator or torch.Generator()
         self.skip_batches = skip_batches
         self.end_of_dataloader = False
         self.remainder = -1
@@ -145,12 +151,19 @@ class PreparedLoaderMixin:
 
     # -- iteration protocol ------------------------------------------------------------------
     def _begin_pass(self) -> int:
-        """Seed everything for the current epoch and return how many batches to skip."""
-        position = self._position
+        """Seed everything for the current epoch and return how many batches to skip.
+
+        The ``rng_types`` are synchronised first (process 0's state), as Accelerate does at
+        the start of every pass; the user's own generator is never reseeded.
+        """
+        position, settings = self._position, self._settings
+        if settings.rng_types and settings.num_processes > 1:
+            synchronize_rng_states(settings.rng_types, settings.synchronized_generator)
         for reseed in self._reseeders:
             reseed(position.seed, position.epoch)
-        mixed = position.seed * 1_000_003 + position.epoch * 1_009 + self._settings.process_index
-        self._loader_generator.manual_seed(mixed % 2**63)
+        if settings.user_generator is None:
+            mixed = position.seed * 1_000_003 + position.epoch * 1_009 + settings.process_index
+            self._loader_generator.manual_seed(mixed % 2**63)
         skip = self.skip_batches + position.resume_skip
         position.resume_skip = 0
         return skip
@@ -222,7 +235,17 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
         self._setup(settings, position, reseeders, skip_batches)
         self._shard_sampler = shard_sampler
         self._skipper: SkipBatchSampler | None = None
-        if shard_sampler is not None:
+        if shard_sampler is not None and settings.sampler_is_batch_sampler:
+            # DataLoader(batch_size=None, sampler=BatchSampler(...)): the dataset takes lists
+            self._skipper = SkipBatchSampler(shard_sampler, 0)
+            super().__init__(
+                dataset,
+                sampler=self._skipper,
+                batch_size=None,
+                generator=self._loader_generator,
+                **loader_kwargs,
+            )
+        elif shard_sampler is not None:
             self._skipper = SkipBatchSampler(shard_sampler, 0)
             super().__init__(
                 dataset,

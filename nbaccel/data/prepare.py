@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -53,8 +54,16 @@ class _FirstOfBatch:
         return self.collate_fn(batch[0])
 
 
-def _seeded_sampler(sampler: Any, reseeders: list[Reseeder]) -> Any:
-    """A copy of ``sampler`` whose randomness comes from a generator seeded every epoch."""
+def _seeded_sampler(sampler: Any, reseeders: list[Reseeder], seeding: _Seeding) -> Any:
+    """``sampler`` with the user's own generator, kept as it is, or else a copy whose
+    randomness comes from a generator seeded every epoch."""
+    user_generator = getattr(sampler, "generator", None)
+    make_seedable = seeding.use_seedable_sampler and isinstance(sampler, RandomSampler)
+    if isinstance(user_generator, torch.Generator) and not make_seedable:
+        seeding.kept.append(user_generator)  # same order as the user's loader; synchronised
+        if hasattr(sampler, "set_epoch"):
+            reseeders.append(lambda seed, epoch: sampler.set_epoch(epoch))
+        return sampler
     if isinstance(sampler, RandomSampler):
         seedable = SeedableRandomSampler(
             sampler.data_source,
@@ -83,14 +92,33 @@ def _seeded_sampler(sampler: Any, reseeders: list[Reseeder]) -> Any:
     return sampler
 
 
-def _seeded_batch_sampler(dataloader: DataLoader, reseeders: list[Reseeder]) -> tuple[Any, bool]:
+@dataclasses.dataclass
+class _Seeding:
+    """How random samplers are treated, and the user generators kept (to synchronise)."""
+
+    use_seedable_sampler: bool
+    kept: list[torch.Generator] = dataclasses.field(default_factory=list)
+
+
+def _seeded_batch_sampler(
+    dataloader: DataLoader, reseeders: list[Reseeder], seeding: _Seeding
+) -> tuple[Any, bool]:
     """The loader's batch sampler, reseedable; True when the loader had none (batch_size=None)."""
     if dataloader.batch_sampler is None:
-        return BatchSampler(_seeded_sampler(dataloader.sampler, reseeders), 1, False), True
-    batch_sampler = copy.copy(dataloader.batch_sampler)
+        sampler = dataloader.sampler
+        if isinstance(sampler, BatchSampler):  # DataLoader(batch_size=None, sampler=BatchSampler)
+            return _seeded_batch_sampler_of(sampler, reseeders, seeding), False
+        return BatchSampler(_seeded_sampler(sampler, reseeders, seeding), 1, False), True
+    return _seeded_batch_sampler_of(dataloader.batch_sampler, reseeders, seeding), False
+
+
+def _seeded_batch_sampler_of(
+    batch_sampler: Any, reseeders: list[Reseeder], seeding: _Seeding
+) -> Any:
+    batch_sampler = copy.copy(batch_sampler)
     inner = getattr(batch_sampler, "sampler", None)
     if inner is not None:
-        seeded = _seeded_sampler(inner, reseeders)
+        seeded = _seeded_sampler(inner, reseeders, seeding)
         if seeded is not inner:
             try:
                 setattr(batch_sampler, "sampler", seeded)  # noqa: B010
@@ -98,7 +126,16 @@ def _seeded_batch_sampler(dataloader: DataLoader, reseeders: list[Reseeder]) -> 
                 pass
     if hasattr(batch_sampler, "set_epoch"):
         reseeders.append(lambda seed, epoch: batch_sampler.set_epoch(epoch))
-    return batch_sampler, False
+    return batch_sampler
+
+
+def _rng_types(rng_types: Any, seeding: _Seeding, dispatch: bool) -> tuple[str, ...]:
+    """The generators to synchronise at each pass (Accelerate's rule: not when process 0
+    dispatches, and "generator" only when a user's generator is kept)."""
+    if dispatch or not rng_types:
+        return ()
+    names = tuple(str(getattr(r, "value", r)).lower() for r in rng_types)
+    return tuple(r for r in names if r != "generator" or seeding.kept)
 
 
 def _data_seed(dataloader: DataLoader, data_seed: int | None, num_processes: int) -> int:
@@ -189,8 +226,9 @@ def prepare_data_loader(
 
     Every process must call this together (process 0's shuffle seed is broadcast). The
     result is a DataLoader: ``len()`` counts this process's batches, ``batch_size`` is this
-    process's batch size, ``total_batch_size`` the global one. Iterating it never draws from
-    the global random number generators; every complete pass moves to the next epoch.
+    process's batch size, ``total_batch_size`` the global one. Unless the user's loader has
+    its own generator, iterating it never draws from the global random number generators;
+    every complete pass moves to the next epoch.
 
     Args:
         dataloader: any DataLoader; its sampler or batch sampler is sharded as it is.
@@ -199,15 +237,20 @@ def prepare_data_loader(
         process_index: this process (default: ``PartialState().process_index``).
         split_batches: split each batch between processes instead of giving whole batches.
         put_on_device: move batches to ``device``.
-        rng_types: accepted for compatibility; nothing needs synchronising because shuffling
-            uses its own generator seeded from the data seed and the epoch.
+        rng_types: generators that take process 0's state at the start of every pass
+            (``"generator"``: the sampler's own generator, when the user gave one;
+            ``"torch"``: torch's global generator; ``"cuda"``, ``"xla"``, ...: the device's).
         dispatch_batches: process 0 reads the data and sends slices (None: True for
             iterable datasets).
         even_batches: every process sees the same number of batches (samples from the start
             of the epoch complete the last global batch).
         slice_fn_for_dispatch: ``fn(batch, slice, process_index, num_processes)`` cutting a
             dispatched global batch.
-        use_seedable_sampler: accepted; random samplers are always made seedable.
+        use_seedable_sampler: replace a ``RandomSampler`` by a :class:`SeedableRandomSampler`
+            even when the user gave it a generator. A sampler with the user's own generator
+            (``DataLoader(shuffle=True, generator=g)``) is otherwise kept as it is, so one
+            process sees exactly the unprepared loader's order; random samplers without
+            one are seeded from ``data_seed`` and the epoch.
         data_seed: shuffle seed (default: process 0's ``torch.initial_seed()``).
         non_blocking: ``non_blocking`` for the device copies.
         use_stateful_dataloader: accepted; ``state_dict`` / ``load_state_dict`` always work.
@@ -234,13 +277,18 @@ def prepare_data_loader(
     kwargs = loader_kwargs(dataloader)
     reseeders: list[Reseeder] = []
     position = LoaderPosition(seed=_data_seed(dataloader, config.data_seed, n))
+    seeding = _Seeding(use_seedable_sampler)
+    sampler_is_batch_sampler = not iterable and isinstance(dataloader.sampler, BatchSampler)
 
     if iterable:
         base_size = dataloader.batch_size
         drop_last = dataloader.drop_last
         batch_sampler = None
+        dataset_generator = getattr(dataset, "generator", None)
+        if isinstance(dataset_generator, torch.Generator):
+            seeding.kept.append(dataset_generator)
     else:
-        batch_sampler, unbatched = _seeded_batch_sampler(dataloader, reseeders)
+        batch_sampler, unbatched = _seeded_batch_sampler(dataloader, reseeders, seeding)
         if unbatched:
             kwargs["collate_fn"] = _FirstOfBatch(kwargs["collate_fn"])
         base_size = None if unbatched else getattr(batch_sampler, "batch_size", None)
@@ -265,6 +313,10 @@ def prepare_data_loader(
         put_on_device=put_on_device,
         non_blocking=non_blocking,
         use_stateful_dataloader=use_stateful_dataloader,
+        rng_types=_rng_types(rng_types, seeding, dispatch),
+        synchronized_generator=seeding.kept[0] if seeding.kept else None,
+        user_generator=dataloader.generator,
+        sampler_is_batch_sampler=sampler_is_batch_sampler,
     )
     common: dict[str, Any] = {"settings": settings, "position": position, "reseeders": reseeders}
 
@@ -273,6 +325,8 @@ def prepare_data_loader(
             if hasattr(dataset, "set_epoch"):
                 reseeders.append(lambda seed, epoch: dataset.set_epoch(epoch))
             kwargs.update(batch_size=base_size, drop_last=drop_last)
+        elif sampler_is_batch_sampler:
+            kwargs.update(sampler=batch_sampler, batch_size=None)
         else:
             kwargs["batch_sampler"] = batch_sampler
         return DataLoaderDispatcher(

@@ -32,7 +32,8 @@ __all__ = [
     "reduce",
 ]
 
-REDUCTIONS = ("sum", "mean", "none")
+REDUCTIONS = ("sum", "mean", "none", "max", "min")
+_TORCH_OPS = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 
 
 # -- gather ------------------------------------------------------------------------------------
@@ -242,7 +243,9 @@ def reduce(data: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
     Args:
         data: a tensor, or nested lists / tuples / dicts of tensors; the same shapes and dtypes
             on every process.
-        reduction: ``"sum"``, ``"mean"`` or ``"none"`` (as in Accelerate, ``"none"`` also sums).
+        reduction: ``"sum"``, ``"mean"``, ``"max"``, ``"min"`` or ``"none"`` (as in Accelerate,
+            ``"none"`` also sums; ``"min"`` is the element-wise minimum, where Accelerate
+            quietly sums).
         scale: multiplies the result (on every platform; Accelerate applies it on XLA only).
 
     Returns:
@@ -270,12 +273,13 @@ def reduce(data: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
         import torch_xla.core.xla_model as xm
 
         xm.mark_step()
-        xm.all_reduce(xm.REDUCE_SUM, clones, scale)
+        xla_op = {"max": "REDUCE_MAX", "min": "REDUCE_MIN"}.get(reduction, "REDUCE_SUM")
+        xm.all_reduce(getattr(xm, xla_op), clones, scale)
         xm.mark_step()
         scale = 1.0  # applied by all_reduce
     else:
         for clone in clones:
-            dist.all_reduce(clone, op=dist.ReduceOp.SUM)
+            dist.all_reduce(clone, op=_TORCH_OPS.get(reduction, dist.ReduceOp.SUM))
     results = [_finish_reduce(c, reduction, ctx.num_processes, scale) for c in clones]
     return rebuild(data, results)
 

@@ -241,7 +241,8 @@ def slice_tensors(
 def concatenate(data: list[Any] | tuple[Any, ...], dim: int = 0) -> Any:
     """Concatenate a list of same-structured nested data along ``dim``.
 
-    ``concatenate([{"x": a1}, {"x": a2}])`` is ``{"x": torch.cat([a1, a2])}``.
+    ``concatenate([{"x": a1}, {"x": a2}])`` is ``{"x": torch.cat([a1, a2])}``. A list of one
+    non-tensor (``[None]``, ``["text"]``) gives that object back unchanged, as in Accelerate.
 
     Raises:
         ValueError: ``data`` is empty.
@@ -261,6 +262,8 @@ def concatenate(data: list[Any] | tuple[Any, ...], dim: int = 0) -> Any:
     if isinstance(first, Mapping):
         return _rebuild_mapping(first, {k: concatenate([d[k] for d in data], dim) for k in first})
     if not is_torch_tensor(first):
+        if len(data) == 1:  # a lone non-tensor has nothing to join: returned as it is
+            return first
         raise TypeError(
             f"concatenate can only join tensors, got {type(first).__name__} ({_short_repr(first)})."
         )

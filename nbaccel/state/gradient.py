@@ -71,6 +71,10 @@ class GradientState:
         """Whether the current step synchronises gradients across processes."""
         return self._record().sync_gradients
 
+    @sync_gradients.setter
+    def sync_gradients(self, sync_gradients: bool) -> None:
+        self._set_sync_gradients(sync_gradients)
+
     @property
     def active_dataloader(self) -> Any:
         """The data loader being iterated, or None."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from nbaccel import GradientState, PartialState, set_seed
 from nbaccel.data import DataLoaderDispatcher, prepare_data_loader, skip_first_batches
@@ -242,6 +242,56 @@ def end_of_dataloader_is_set_on_the_last_batch_only() -> None:
         assert flags == [(False, False)] * (len(flags) - 1) + [(True, True)], flags
         assert GradientState().active_dataloader is None
         assert len(set(gather(len(flags)))) == 1
+
+
+@check
+def a_users_generator_keeps_its_order_and_is_synchronised() -> None:
+    """DataLoader(shuffle=True, generator=g): the ranks share out exactly the batches that the
+    unprepared loader with process 0's generator yields, epoch after epoch (Accelerate's
+    "generator" rng_type: process 0's generator state at the start of every pass)."""
+    n, rank = world()
+    size = n * 3 * 4
+    mine = torch.Generator().manual_seed(100 + rank)  # only process 0's state may count
+    prepared = prepare_data_loader(
+        DataLoader(items(size), batch_size=3, shuffle=True, generator=mine), rng_types=["generator"]
+    )
+    reference = DataLoader(items(size), batch_size=3, shuffle=True)
+    reference.generator = reference.sampler.generator = torch.Generator().manual_seed(100)
+    for _ in range(2):
+        assert interleave(gather(epoch_batches(prepared))) == flat(epoch_batches(reference))
+    assert len(set(gather(tuple(mine.get_state().tolist())))) == 1
+
+
+@check
+def rng_types_torch_synchronises_the_global_generator_at_each_pass() -> None:
+    _, rank = world()
+    for rng_types, agree in ((["torch"], True), (None, False)):
+        set_seed(7 + rank)
+        prepared = prepare_data_loader(DataLoader(items(8), batch_size=2), rng_types=rng_types)
+        for _ in prepared:
+            draw = torch.rand(1).item()  # the training step's randomness
+            break
+        assert (len(set(gather(draw))) == 1) is agree, (rng_types, gather(draw))
+
+
+@check
+def a_batch_sampler_given_as_sampler_is_evened_out() -> None:
+    """DataLoader(batch_size=None, sampler=BatchSampler(...)): the dataset receives lists of
+    indices; the batches are shared out and the last one completed from the start."""
+    n, _ = world()
+    length = 4 * n + 3
+    dataset = torch.arange(length) * 10  # takes a list of indices
+    loader = DataLoader(dataset, batch_size=None, sampler=BatchSampler(range(length), 4, False))
+    for dispatch in (False, True):
+        prepared = prepare_data_loader(loader, dispatch_batches=dispatch)
+        mine = epoch_batches(prepared)
+        everything = gather(mine)
+        assert len(prepared) == len(mine) == 2 and len({len(b) for b in everything}) == 1
+        seen = [x // 10 for x in interleave(everything)]
+        if not dispatch:  # whole batches of 4; the last ones completed with 0, 1, 2, ...
+            assert all(len(b) == 4 for b in mine), mine
+            assert seen == list(range(length)) + list(range(4 * n - 3)), seen
+        assert sorted(set(seen)) == list(range(length)) and prepared.remainder == 3
 
 
 def run_all_checks() -> dict[str, str]:

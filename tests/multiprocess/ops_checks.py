@@ -229,6 +229,17 @@ def reduce_sum_mean_scale() -> None:
     assert mean_int.is_floating_point() and mean_int.item() == total / world
 
 
+@check
+def reduce_max_and_min() -> None:
+    rank, world = where()
+    mine = {"a": torch.tensor([float(rank), -float(rank)]), "b": [torch.tensor(rank * 10)]}
+    high, low = reduce(mine, "max"), reduce(mine, reduction="min")
+    assert high["a"].tolist() == [world - 1, 0] and high["b"][0].item() == (world - 1) * 10
+    assert low["a"].tolist() == [0, -(world - 1)] and low["b"][0].item() == 0
+    assert reduce(torch.tensor([rank]), "max", scale=2.0).item() == 2 * (world - 1)
+    assert mine["a"].tolist() == [rank, -rank], "reduce modified its input"
+
+
 # --- broadcast -------------------------------------------------------------------------------
 
 

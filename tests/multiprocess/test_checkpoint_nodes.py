@@ -89,7 +89,8 @@ def test_save_on_each_node_writes_a_complete_checkpoint_on_every_machine(
     files into that machine's directory and every process its own random states there, so
     each machine holds a complete checkpoint (its manifest listing exactly its files) that
     loads on it: weights, optimizer, scheduler, registered object and random states come
-    back. Without it only the global main process's machine gets the shared files."""
+    back. Without it only the global main process's machine gets the shared files; the
+    others keep the data loader positions and their own random states."""
     repo = str(Path(__file__).resolve().parents[2])  # importable without an install too
     path = os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
     results = _run_two_nodes(tmp_path, free_port(), subprocess_environ(PYTHONPATH=path))
@@ -110,14 +111,21 @@ def test_save_on_each_node_writes_a_complete_checkpoint_on_every_machine(
         node1 / "each" / "model.safetensors"
     ).read_bytes()  # the same weights, written once on each machine
 
-    # without save_on_each_node: the shared files only on the global main process's machine
+    # without save_on_each_node: the shared files only on the global main process's machine;
+    # the other machine keeps, as with Accelerate, its random states and the data loader
+    # positions in its own directory (and the same positions as the main machine's)
     main_only = node0 / "main_only"
     assert sorted(p.name for p in main_only.iterdir()) == sorted(
         [*SHARED, "random_states_0.pkl", "random_states_1.pkl"]
     )
     assert sorted(p.name for p in node0.iterdir()) == ["each", "main_only"]
-    assert not (node1 / "main_only").exists()
-    elsewhere = [p for p in node1.rglob("*") if p.is_file() and "each" not in p.parts]
-    assert not [p for p in elsewhere if p.name in SHARED], elsewhere
-    # nor a staging directory left behind on the other machine's disk
-    assert sorted(p.name for p in node1.iterdir()) == ["each"], list(node1.iterdir())
+    assert sorted(p.name for p in (node1 / "main_only").iterdir()) == [
+        "dl_state_dict.bin",
+        "random_states_2.pkl",
+        "random_states_3.pkl",
+    ]
+    assert (node1 / "main_only" / "dl_state_dict.bin").read_bytes() == (
+        main_only / "dl_state_dict.bin"
+    ).read_bytes()
+    # and no staging directory is left behind on the other machine's disk
+    assert sorted(p.name for p in node1.iterdir()) == ["each", "main_only"], list(node1.iterdir())

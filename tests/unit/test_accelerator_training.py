@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import pickle
+import warnings
 import weakref
 from typing import Any
 
@@ -14,6 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import nbaccel
 import nbaccel.utils
 from nbaccel import Accelerator, GradientAccumulationPlugin, GradScalerKwargs
+from nbaccel.modeling import recompiled
 from nbaccel.optim import AcceleratedOptimizer, AcceleratedScheduler
 from nbaccel.testing import reset_state
 
@@ -111,20 +114,21 @@ def test_an_object_prepared_twice_is_refused() -> None:
             acc.prepare(again)
 
 
-def test_an_optimizer_of_another_model_is_refused() -> None:
+def test_an_optimizer_of_another_model_is_a_warning_naming_both() -> None:
     acc = Accelerator()
     model, other = tiny(), tiny(1)
-    with pytest.raises(ValueError, match=r"none of the parameters.*model.parameters\(\)"):
-        acc.prepare(model, sgd(other))
-
-
-def test_after_refusing_a_wrong_optimizer_the_corrected_call_works() -> None:
-    acc = Accelerator()
-    model, other = tiny(), tiny(1)
-    with pytest.raises(ValueError):
-        acc.prepare(model, sgd(other))
-    prepared, _ = acc.prepare(model, sgd(model))
-    assert acc._models == [prepared]
+    match = r"optimizer SGD holds none of the parameters.*\(Sequential\).*model.parameters\(\)"
+    with pytest.warns(UserWarning, match=match) as caught:
+        prepared, optimizer = acc.prepare(model, sgd(other))
+    assert caught[0].filename == __file__  # points at the prepare() call
+    assert acc._models == [prepared] and isinstance(optimizer, AcceleratedOptimizer)
+    before = [p.detach().clone() for p in prepared.parameters()]
+    acc.backward(prepared(torch.ones(2, 3)).sum())
+    optimizer.step()  # steps the other model's (gradient-free) parameters: nothing changes
+    assert all(torch.equal(a, b) for a, b in zip(before, prepared.parameters(), strict=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        acc.prepare(sgd(model))  # an optimizer of the prepared model: no warning
 
 
 def test_prepared_loader_keeps_the_dataset_and_counts_batches() -> None:
@@ -391,6 +395,40 @@ def test_unwrap_model_keep_fp32_wrapper() -> None:
     assert plain(torch.ones(1, 3)).dtype == torch.float32 and seen[-1] == torch.float32
 
 
+def test_unwrap_model_keep_torch_compile() -> None:
+    """As in Accelerate: a compiled model stays compiled around the user's model unless
+    ``keep_torch_compile=False``; the prepared model is never modified."""
+    acc = Accelerator()
+    model = tiny()
+    compiled = torch.compile(model, backend="eager")
+    prepared = acc.prepare(compiled)
+    assert acc.unwrap_model(prepared) is prepared and prepared._orig_mod is model
+    assert acc.unwrap_model(prepared, keep_torch_compile=False) is model
+    outer = torch.compile(nn.Sequential(model), backend="eager")  # compiled around a wrapper
+    rebuilt = recompiled(outer, model)
+    assert rebuilt is not outer and rebuilt._orig_mod is model and outer._orig_mod[0] is model
+    assert rebuilt(torch.ones(2, 3)).shape == (2, 1)
+
+
+def test_sync_gradients_is_settable_and_optimizer_pickles() -> None:
+    acc = Accelerator()
+    model = tiny()
+    model, optimizer = acc.prepare(model, sgd(model, lr=0.25))
+    acc.sync_gradients = False
+    assert acc.gradient_state.sync_gradients is False and acc.sync_gradients is False
+    before = [p.detach().clone() for p in model.parameters()]
+    acc.backward(model(torch.ones(2, 3)).sum())
+    optimizer.step()  # not a synchronising step: no update, as the flag says
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    acc.gradient_state.sync_gradients = True
+    assert acc.sync_gradients is True
+    copy = pickle.loads(pickle.dumps(optimizer))
+    assert isinstance(copy, AcceleratedOptimizer) and copy.param_groups[0]["lr"] == 0.25
+    assert copy.state_dict()["param_groups"] == optimizer.state_dict()["param_groups"]
+    scheduler = acc.prepare(halving(optimizer.optimizer))
+    assert pickle.loads(pickle.dumps(scheduler)).get_last_lr() == [0.25]
+
+
 # --- clipping --------------------------------------------------------------------------------
 
 
@@ -523,7 +561,7 @@ def train_three_steps(acc: Accelerator) -> tuple[dict[str, torch.Tensor], list[f
         optimizer.step()
         optimizer.zero_grad()
         losses.append(loss.item())
-    return weights(acc.unwrap_model(model)), losses
+    return weights(acc.unwrap_model(model, keep_torch_compile=False)), losses
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
@@ -534,7 +572,8 @@ def test_dynamo_backend_trains_like_eager_mode(backend: str) -> None:
     acc = Accelerator(dynamo_backend=backend)
     model = acc.prepare(tiny())
     assert isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
-    assert isinstance(acc.unwrap_model(model), nn.Sequential)
+    assert isinstance(acc.unwrap_model(model, keep_torch_compile=False), nn.Sequential)
+    assert acc.unwrap_model(model) is model  # compiled around the user's model: kept as it is
     reset_state()
     got, losses = train_three_steps(Accelerator(dynamo_backend=backend))
     assert losses == pytest.approx(expected_losses, rel=1e-5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from datetime import timedelta
 
 import pytest
@@ -123,15 +124,36 @@ def test_gradient_accumulation_plugin_validation(kwargs: dict, error: type) -> N
 # --- TorchDynamoPlugin ------------------------------------------------------------------------
 
 
-def test_torch_dynamo_plugin_defaults() -> None:
+def test_torch_dynamo_plugin_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [n for n in os.environ if n.startswith("ACCELERATE_DYNAMO_")]:
+        monkeypatch.delenv(name)
     plugin = TorchDynamoPlugin()
-    assert plugin.backend is DynamoBackend.NO
-    assert plugin.to_kwargs() == {
-        "backend": "no",
-        "mode": "default",
-        "fullgraph": False,
-        "dynamic": None,
-    }
+    assert plugin.backend is DynamoBackend.NO and plugin.mode == "default"
+    assert plugin.fullgraph is False and plugin.dynamic is None
+    assert plugin.to_kwargs() == {}  # unset values are left out, as in Accelerate
+    assert TorchDynamoPlugin(backend="inductor").to_kwargs() == {"backend": "inductor"}
+    given = TorchDynamoPlugin(backend="eager", mode="max-autotune", dynamic=False, disable=True)
+    expected = {"backend": "eager", "mode": "max-autotune", "dynamic": False, "disable": True}
+    assert given.to_kwargs() == expected
+
+
+def test_torch_dynamo_plugin_reads_the_launch_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    from accelerate.utils import TorchDynamoPlugin as AccelerateDynamoPlugin
+
+    monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "INDUCTOR")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_MODE", "reduce-overhead")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_FULLGRAPH", "True")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_DYNAMIC", "false")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "1")
+    plugin = TorchDynamoPlugin()
+    assert plugin.backend is DynamoBackend.INDUCTOR and plugin.mode == "reduce-overhead"
+    assert plugin.fullgraph is True and plugin.dynamic is False
+    assert plugin.use_regional_compilation is True
+    assert plugin.to_kwargs() == AccelerateDynamoPlugin().to_kwargs()
+    assert TorchDynamoPlugin(backend="eager", fullgraph=False).to_kwargs()["backend"] == "eager"
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_FULLGRAPH", "maybe")
+    with pytest.raises(ValueError, match="ACCELERATE_DYNAMO_USE_FULLGRAPH"):
+        TorchDynamoPlugin()
 
 
 @pytest.mark.parametrize(

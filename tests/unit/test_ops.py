@@ -126,6 +126,9 @@ def test_concatenate_slice_listify_fp32() -> None:
         concatenate([])
     with pytest.raises(TypeError, match="only join tensors"):
         concatenate([1, 2])
+    marker = object()  # a lone non-tensor comes back unchanged, as in Accelerate
+    assert concatenate([marker]) is marker and concatenate([None]) is None
+    assert concatenate([{"ids": "text", "x": torch.ones(1)}])["ids"] == "text"
     sliced = slice_tensors(nested(), slice(0, 1))
     assert sliced["a"].shape == (1, 3) and sliced["b"][1][1].y.shape == (1, 1)
     assert listify({"v": torch.tensor([1.5], dtype=torch.bfloat16), "n": [torch.tensor(2)]}) == {

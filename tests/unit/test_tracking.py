@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +195,45 @@ def test_logger_logs_on_the_single_process_with_caller_info(
     assert {r.funcName for r in caplog.records} == {
         "test_logger_logs_on_the_single_process_with_caller_info"
     }
+
+
+class _Wrapping(logging.LoggerAdapter):
+    """A user's wrapper that logs on its caller's behalf (``stacklevel=3``)."""
+
+    def log(self, level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["stacklevel"] = 3
+        self.logger.log(level, msg, *args, **kwargs)
+
+
+def _where(adapter: Any, records: list[logging.LogRecord], **kwargs: Any) -> tuple[str, int]:
+    line = sys._getframe().f_lineno + 1
+    adapter.warning("here", **kwargs)
+    record = records[-1]
+    return f"{os.path.basename(record.pathname)}:{record.lineno - line}", record.funcName
+
+
+def test_logger_stacklevel_counts_as_in_accelerate(caplog: pytest.LogCaptureFixture) -> None:
+    """``stacklevel`` names the same caller as Accelerate's logger: the default and a
+    wrapper's 3 name the line that logged; 1 names the logger itself."""
+    from accelerate import PartialState as AcceleratePartialState
+    from accelerate.logging import get_logger as accelerate_get_logger
+
+    from nbaccel import PartialState
+
+    PartialState()
+    AcceleratePartialState()
+    ours, theirs = get_logger("nbaccel-test-stack"), accelerate_get_logger("accelerate-stack")
+    here = os.path.basename(__file__)
+    with caplog.at_level(logging.WARNING):
+        for adapter in (ours, theirs):
+            assert _where(adapter, caplog.records) == (f"{here}:0", "_where")
+            assert _where(_Wrapping(adapter, {}), caplog.records) == (f"{here}:0", "_where")
+            assert _where(adapter, caplog.records, stacklevel=3)[1] == (
+                "test_logger_stacklevel_counts_as_in_accelerate"
+            )
+        assert os.path.basename(_where(ours, caplog.records, stacklevel=1)[0]).startswith(
+            "logging.py"
+        )
 
 
 # --- progress --------------------------------------------------------------------------------

@@ -1,0 +1,94 @@
+"""Synchronising random number generators between processes: process 0's state wins."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..enums import RNGType
+
+__all__ = ["synchronize_rng_state", "synchronize_rng_states"]
+
+
+def _device_module(name: str) -> Any:
+    """``torch.cuda`` / ``torch.xpu`` / ... when that device is usable here, else None."""
+    module = getattr(torch, name, None)
+    available = getattr(module, "is_available", None)
+    return module if available is not None and available() else None
+
+
+def _read(kind: RNGType, generator: torch.Generator | None) -> torch.Tensor | None:
+    if kind is RNGType.TORCH:
+        return torch.get_rng_state()
+    if kind is RNGType.GENERATOR:
+        if generator is None:
+            raise ValueError(
+                "synchronize_rng_state(rng_type='generator') needs the generator to "
+                "synchronise: pass generator=..."
+            )
+        return generator.get_state()
+    if kind is RNGType.XLA:
+        if "torch_xla" not in sys.modules:
+            return None
+        import torch_xla.core.xla_model as xm
+
+        return torch.tensor(int(xm.get_rng_state()), dtype=torch.int64)
+    module = _device_module(kind.value)
+    return None if module is None else module.get_rng_state()
+
+
+def _write(kind: RNGType, state: torch.Tensor, generator: torch.Generator | None) -> None:
+    if kind is RNGType.TORCH:
+        torch.set_rng_state(state)
+    elif kind is RNGType.GENERATOR:
+        assert generator is not None
+        generator.set_state(state)
+    elif kind is RNGType.XLA:
+        import torch_xla.core.xla_model as xm
+
+        xm.set_rng_state(int(state.item()))
+    else:
+        getattr(torch, kind.value).set_rng_state(state)
+
+
+def _broadcast(state: torch.Tensor) -> torch.Tensor:
+    """Process 0's ``state`` on every process (unchanged without a process group)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() <= 1:
+        return state
+    if dist.get_backend() == "gloo":
+        dist.broadcast(state, src=0)
+        return state
+    from ..state import PartialState
+
+    on_device = state.to(PartialState().device)
+    dist.broadcast(on_device, src=0)
+    return on_device.cpu()
+
+
+def synchronize_rng_state(
+    rng_type: str | RNGType | None = None, generator: torch.Generator | None = None
+) -> None:
+    """Give every process the state process 0's generator of kind ``rng_type`` has.
+
+    Every process must call this together (it is a broadcast). ``"generator"`` synchronises
+    ``generator``; ``"torch"`` torch's global generator; ``"cuda"``, ``"xpu"``, ``"npu"``,
+    ``"mlu"`` and ``"xla"`` the device's generator, where that device is present (elsewhere
+    nothing happens, on every process alike).
+    """
+    kind = RNGType(RNGType.parse(rng_type if rng_type is not None else "torch", "rng_type"))
+    state = _read(kind, generator)
+    if state is None:
+        return
+    _write(kind, _broadcast(state), generator)
+
+
+def synchronize_rng_states(
+    rng_types: Iterable[str | RNGType], generator: torch.Generator | None = None
+) -> None:
+    """:func:`synchronize_rng_state` for each of ``rng_types``, in order."""
+    for rng_type in rng_types:
+        synchronize_rng_state(RNGType.parse(rng_type, "rng_types"), generator)
