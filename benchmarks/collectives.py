@@ -93,6 +93,7 @@ def _accelerator(subject: str) -> Any:
 _COLLECTIVES = (
     "all_gather",
     "all_gather_into_tensor",
+    "all_gather_single",
     "all_gather_object",
     "all_reduce",
     "broadcast",
@@ -108,7 +109,7 @@ def _counting(counts: dict[str, int], key: str, enabled: bool) -> Iterator[None]
     if not enabled:
         yield
         return
-    originals = {name: getattr(dist, name) for name in _COLLECTIVES}
+    originals = {name: getattr(dist, name) for name in _COLLECTIVES if hasattr(dist, name)}
 
     def counted(function: Any) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:

@@ -58,7 +58,9 @@ def _pack_small(tensors: list[torch.Tensor]) -> tuple[list[int], torch.Tensor | 
             chosen.append(index)
             parts.append(tensor.detach().contiguous().reshape(-1).view(torch.uint8))
             size += nbytes
-    return chosen, (torch.cat(parts) if parts else None)
+    if len(parts) < 2:
+        return chosen, (parts[0] if parts else None)
+    return chosen, torch.cat(parts)
 
 
 def _unpack_small(

@@ -12,6 +12,7 @@ import torch.distributed as dist
 from ..enums import DistributedType
 from ..state import PartialState
 from ..state.handshake import handshake, handshake_payload
+from ..state.registry import STATE, current_process
 
 __all__ = [
     "Context",
@@ -54,13 +55,16 @@ class Context:
 
 def context() -> Context:
     """The current process's context, read from the process-wide state."""
-    state = PartialState()
-    ctx = Context(
-        kind=state.distributed_type,
-        num_processes=state.num_processes,
-        process_index=state.process_index,
-        device=state.device,
-        backend=state.backend,
+    record = STATE.process
+    if record is None:  # the first call in this process sets the state up
+        PartialState()
+        record = current_process()
+    ctx = Context(  # read straight from the record: this runs before every collective
+        kind=record.distributed_type,
+        num_processes=record.num_processes,
+        process_index=record.process_index,
+        device=record.device,
+        backend=record.backend,
     )
     if ctx.distributed and not ctx.is_xla and not dist.is_initialized():
         raise RuntimeError(

@@ -13,6 +13,7 @@ process raises :class:`CollectiveMismatchError`, naming what each process was do
 from __future__ import annotations
 
 import functools
+from array import array
 
 import torch
 import torch.distributed as dist
@@ -37,29 +38,24 @@ class CollectiveMismatchError(RuntimeError):
 
 
 @functools.lru_cache(maxsize=64)
-def _name_bytes(op: str) -> torch.Tensor:
-    """The operation's name as the first ``_NAME`` words of a row (as bytes)."""
-    words = torch.zeros(_NAME, dtype=torch.int64)
-    name = op.encode()[:_NAME]
-    words[: len(name)] = torch.tensor(list(name), dtype=torch.int64)
-    return words.view(torch.uint8)
+def _name_bytes(op: str) -> bytes:
+    """The operation's name as the row's first ``_NAME`` words."""
+    return op.encode()[: _NAME * 8].ljust(_NAME * 8, b"\0")
 
 
 def _encode(op: str, values: list[int], payload: torch.Tensor | None) -> torch.Tensor:
-    row = torch.zeros(_WORDS * 8 + PAYLOAD_BYTES, dtype=torch.uint8)
-    row[: _NAME * 8] = _name_bytes(op)
-    words = row[: _WORDS * 8].view(torch.int64)
-    words[_NAME] = len(values)
+    """One row: the name, the count of values, up to ``_INLINE`` values, the payload bytes."""
     inline = values[:_INLINE]
-    if inline:
-        words[_NAME + 1 : _NAME + 1 + len(inline)] = torch.tensor(inline, dtype=torch.int64)
-    if payload is not None:
-        row[_WORDS * 8 : _WORDS * 8 + payload.numel()] = payload
-    return row
+    words = array("q", [len(values), *inline, *([0] * (_INLINE - len(inline)))])
+    row = bytearray(_name_bytes(op))
+    row += words.tobytes()
+    data = b"" if payload is None else payload.numpy().tobytes()
+    row += data.ljust(PAYLOAD_BYTES, b"\0")
+    return torch.frombuffer(row, dtype=torch.uint8)
 
 
-def _name(row: torch.Tensor) -> str:
-    return bytes(int(c) for c in row[:_NAME].tolist() if c).decode(errors="replace")
+def _name(row: bytes) -> str:
+    return row[: _NAME * 8].rstrip(b"\0").decode(errors="replace")
 
 
 def all_gather_into(out: torch.Tensor, tensor: torch.Tensor) -> None:
@@ -112,13 +108,16 @@ def handshake_payload(
     uint8 tensor on the CPU) from every process: returned as a ``(world, PAYLOAD_BYTES)``
     uint8 tensor on the CPU, in the same single collective."""
     rows = _all_gather_rows(_encode(op, values, payload).to(device), world)
-    words = rows[:, : _WORDS * 8].view(torch.int64)
-    if not bool((words[:, :_NAME] == words[0, :_NAME]).all()):
-        raise _mismatch(op, [_name(row) for row in words])
-    lengths = [int(n) for n in words[:, _NAME]]
+    raw = rows.numpy().tobytes()
+    size = rows.shape[1]
+    heads = [raw[i * size : i * size + _WORDS * 8] for i in range(world)]
+    if any(head[: _NAME * 8] != heads[0][: _NAME * 8] for head in heads):
+        raise _mismatch(op, [_name(head) for head in heads])
+    words = [array("q", head[_NAME * 8 :]) for head in heads]
+    lengths = [int(w[0]) for w in words]
     data = rows[:, _WORDS * 8 :]
     if max(lengths) <= _INLINE:
-        return [words[i, _NAME + 1 : _NAME + 1 + n].tolist() for i, n in enumerate(lengths)], data
+        return [list(w[1 : 1 + n]) for w, n in zip(words, lengths, strict=True)], data
     full = torch.zeros(max(lengths), dtype=torch.int64)
     full[: len(values)] = torch.tensor(values, dtype=torch.int64)
     every = _all_gather_rows(full.to(device), world)
