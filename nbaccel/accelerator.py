@@ -242,6 +242,7 @@ class Accelerator(
             precision=self.precision,
             device_placement=device_placement,
             ddp_kwargs=ddp.to_kwargs() if ddp is not None else {},
+            ddp_comm_hook=ddp.register_comm_hook if ddp is not None else None,  # type: ignore[attr-defined]
             dynamo_plugin=dynamo_plugin,
             dataloader_config=self.dataloader_config,
             rng_types=self.rng_types,

@@ -6,6 +6,7 @@ import dataclasses
 from datetime import timedelta
 from typing import Any
 
+from .enums import DDPCommunicationHookType
 from .validation import check_bool, check_number
 
 __all__ = [
@@ -94,8 +95,22 @@ class DistributedDataParallelKwargs(KwargsHandler):
     check_reduction: bool = False
     gradient_as_bucket_view: bool = False
     static_graph: bool = False
+    comm_hook: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    comm_wrapper: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    comm_state_option: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.comm_hook = DDPCommunicationHookType(
+            DDPCommunicationHookType.parse(self.comm_hook, "comm_hook")
+        )
+        self.comm_wrapper = DDPCommunicationHookType(
+            DDPCommunicationHookType.parse(self.comm_wrapper, "comm_wrapper")
+        )
+        if self.comm_wrapper not in ("no", "fp16", "bf16"):
+            raise ValueError(
+                f"DistributedDataParallelKwargs(comm_wrapper={str(self.comm_wrapper)!r}): a "
+                "wrapper compresses another hook; use 'fp16' or 'bf16'."
+            )
         check_number("DistributedDataParallelKwargs(dim)", self.dim)
         check_number("DistributedDataParallelKwargs(bucket_cap_mb)", self.bucket_cap_mb)
         for name in (
@@ -111,6 +126,19 @@ class DistributedDataParallelKwargs(KwargsHandler):
                 f"DistributedDataParallelKwargs(bucket_cap_mb={self.bucket_cap_mb}) must be "
                 "positive."
             )
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The changed ``DistributedDataParallel`` arguments (the hook fields are not ones)."""
+        kwargs = super().to_kwargs()
+        for name in ("comm_hook", "comm_wrapper", "comm_state_option"):
+            kwargs.pop(name, None)
+        return kwargs
+
+    def register_comm_hook(self, model: Any) -> None:
+        """Register ``comm_hook`` (wrapped by ``comm_wrapper``) on a DDP ``model``."""
+        from .ddp_hooks import register_comm_hook
+
+        register_comm_hook(model, self.comm_hook, self.comm_wrapper, self.comm_state_option)
 
 
 @dataclasses.dataclass

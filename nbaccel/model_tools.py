@@ -66,6 +66,20 @@ def _unwrap_children(module: nn.Module) -> nn.Module:
     return inner
 
 
+def _restore_original_forward(model: nn.Module) -> None:
+    """Undo forward wrappers recorded the way Accelerate records them: the forward before
+    wrapping saved as ``_original_forward`` in the model's ``__dict__``."""
+    original = model.__dict__.pop("_original_forward", None)
+    if original is None:
+        return
+    if getattr(original, "__self__", None) is model and getattr(original, "__func__", None) is (
+        type(model).forward
+    ):
+        model.__dict__.pop("forward", None)  # the class's own forward again
+    else:
+        model.forward = original
+
+
 def extract_model_from_parallel(
     model: Any,
     keep_fp32_wrapper: bool = True,
@@ -92,6 +106,7 @@ def extract_model_from_parallel(
         model = _unwrap_children(model)
     if not keep_fp32_wrapper:
         Precision.unwrap_forward(model)
+        _restore_original_forward(model)
     if keep_torch_compile and compiled is not None:
         if is_compiled_module(compiled):
             compiled._orig_mod = model

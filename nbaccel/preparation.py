@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from .precision import Precision
 from .strategies import Strategy
 
 __all__ = ["Preparer"]
+_DDP = nn.parallel.DistributedDataParallel
 
 
 def _is_scheduler(obj: Any) -> bool:
@@ -40,6 +42,7 @@ class Preparer:
         precision: autocast, scaler and fp8.
         device_placement: the Accelerator's default for moving objects to ``device``.
         ddp_kwargs: extra arguments for ``DistributedDataParallel``.
+        ddp_comm_hook: called with each DDP-wrapped model (registers a communication hook).
         dynamo_plugin: ``torch.compile`` options, or None.
         dataloader_config: how data loaders are sharded.
         rng_types: generators synchronised between processes.
@@ -53,6 +56,7 @@ class Preparer:
     precision: Precision
     device_placement: bool = True
     ddp_kwargs: dict[str, Any] = field(default_factory=dict)
+    ddp_comm_hook: Callable[[nn.Module], None] | None = None
     dynamo_plugin: TorchDynamoPlugin | None = None
     dataloader_config: DataLoaderConfiguration = field(default_factory=DataLoaderConfiguration)
     rng_types: list[str] | None = None
@@ -154,6 +158,8 @@ class Preparer:
         wrapped = model
         if not evaluation_mode:
             wrapped = self.strategy.wrap_model(model, device=self.device, **self.ddp_kwargs)
+            if self.ddp_comm_hook is not None and isinstance(wrapped, _DDP):
+                self.ddp_comm_hook(wrapped)
         if self.dynamo_plugin is not None and str(self.dynamo_plugin.backend) != "NO":
             wrapped = torch.compile(wrapped, **self.dynamo_plugin.to_kwargs())  # type: ignore[assignment]
         self.models.append(wrapped)

@@ -166,10 +166,8 @@ def check_os_kernel() -> None:
     found = re.search(r"\d+\.\d+\.\d+", info.release)
     if found and Version(found.group(0)) < Version(_MIN_KERNEL):
         _LOGGER.warning(
-            "Detected kernel version %s, below the recommended minimum of %s; this can make "
-            "processes hang. Upgrade the kernel.",
-            found.group(0),
-            _MIN_KERNEL,
+            f"Detected kernel version {found.group(0)}, below the recommended minimum of "
+            f"{_MIN_KERNEL}; this can make processes hang. Upgrade the kernel."
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from .checks import (
     tensor_leaves,
 )
 from .exchange import Context, context, exchange_ints
+from .padding_warning import CannotPadNestedTensorWarning
 
 __all__ = [
     "broadcast",
@@ -214,6 +216,13 @@ def pad_across_processes(
         raise TypeError(f"pad_across_processes(dim=...) must be an int, got {dim!r}.")
     if isinstance(pad_index, bool) or not isinstance(pad_index, (int, float)):
         raise TypeError(f"pad_across_processes(pad_index=...) must be a number, got {pad_index!r}.")
+    if isinstance(data, torch.Tensor) and data.is_nested:
+        warnings.warn(
+            "pad_across_processes cannot pad a nested tensor; it is returned unchanged.",
+            CannotPadNestedTensorWarning,
+            stacklevel=2,
+        )
+        return data
     ctx = context()
     if not ctx.distributed:
         tensor_leaves("pad_across_processes", data, None)

@@ -14,6 +14,7 @@ import torch
 from ..state import PartialState
 from .collectives import broadcast, broadcast_object_list
 from .nested import convert_to_fp32, recursively_apply
+from .padding_warning import CannotPadNestedTensorWarning
 
 __all__ = [
     "CannotPadNestedTensorWarning",
@@ -25,10 +26,6 @@ __all__ = [
     "is_tensor_information",
     "pad_input_tensors",
 ]
-
-
-class CannotPadNestedTensorWarning(UserWarning):
-    """Warned when a nested (jagged) tensor is given to a padding operation, which skips it."""
 
 
 @dataclasses.dataclass

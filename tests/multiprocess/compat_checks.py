@@ -175,3 +175,21 @@ def save_writes_once_and_profile_writes_one_trace_per_rank() -> None:
     with accelerator.profile(ProfileKwargs(activities=["cpu"], output_trace_dir=traces)):
         torch.ones(8) @ torch.ones(8)
     assert sorted(os.listdir(traces)) == ["profile_0.json", "profile_1.json"]
+
+
+def ddp_kwargs_comm_hook_is_registered_and_used() -> None:
+    """Launched on its own (see test_compat_multiprocess.py)."""
+    from nbaccel import DistributedDataParallelKwargs
+
+    handler = DistributedDataParallelKwargs(comm_hook="fp16")  # bf16 needs NCCL
+    accelerator = Accelerator(kwargs_handlers=[handler])
+    torch.manual_seed(0)
+    model = accelerator.prepare(nn.Linear(3, 1, bias=False))
+    assert "fp16_compress_hook" in model._get_ddp_logging_data().get("comm_hook", "")
+    x = torch.full((1, 3), 1.0 + dist.get_rank() / 3)
+    model(x).sum().backward()
+    grads = all_ranks(model.module.weight.grad.clone())
+    exact = (1.0 + (1.0 + 1 / 3)) / 2  # 7/6, which fp16 cannot hold
+    assert torch.equal(grads[0], grads[1])
+    got = grads[0][0, 0].item()
+    assert got != exact and abs(got - exact) < 2e-3, got  # averaged in fp16 by the hook

@@ -29,3 +29,12 @@ def test_check(per_rank: list[dict[str, str]], name: str) -> None:
         if result.get(name) != "ok"
     ]
     assert not failures, "\n\n".join(failures)
+
+
+def test_ddp_kwargs_comm_hook_compresses_the_gradient_exchange() -> None:
+    notebook_launcher(
+        compat_checks.ddp_kwargs_comm_hook_is_registered_and_used,
+        num_processes=2,
+        start_method="fork",
+        timeout=120,
+    )

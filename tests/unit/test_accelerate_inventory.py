@@ -71,8 +71,6 @@ DIFFERS: dict[str, str] = {
     "Accelerator:init_trackers": "Accelerate's signature is its decorator's (*args, **kwargs); "
     "nbaccel names the same parameters",
     "Accelerator:log": "the same: (values, step, log_kwargs) named instead of *args/**kwargs",
-    "DistributedDataParallelKwargs": "no comm_hook / comm_wrapper / comm_state_option yet: "
-    "register a hook with model.register_comm_hook(...) after prepare",
     "fsdp2_load_full_state_dict": "no cpu_offload argument: the plugin's cpu_offload decides",
 }
 

@@ -121,3 +121,16 @@ def test_synchronize_rng_states_on_one_process_keeps_the_state() -> None:
         synchronize_rng_states(["generator"])
     with pytest.raises(RuntimeError, match="no hpu device"):
         synchronize_rng_states(["hpu"])
+
+
+def test_ddp_kwargs_comm_hook_fields() -> None:
+    from nbaccel import DDPCommunicationHookType, DistributedDataParallelKwargs
+
+    handler = DistributedDataParallelKwargs(comm_hook="power_sgd", comm_state_option={"a": 1})
+    assert handler.comm_hook == DDPCommunicationHookType.POWER_SGD
+    assert handler.to_kwargs() == {}  # the hook is registered, not passed to DDP
+    assert DistributedDataParallelKwargs(static_graph=True).to_kwargs() == {"static_graph": True}
+    with pytest.raises(ValueError, match="comm_wrapper"):
+        DistributedDataParallelKwargs(comm_wrapper="power_sgd")
+    with pytest.raises(ValueError, match="comm_hook='fp32'"):
+        DistributedDataParallelKwargs(comm_hook="fp32")
