@@ -162,7 +162,7 @@ def _table(results: dict[str, dict[str, str]]) -> tuple[list[str], dict[str, int
     base = results["accelerate"]
     comparable = [t for t, o in base.items() if "#" not in t and o != "skipped"]
     subjects = list(results)
-    lines = ["file".ljust(30) + "".join(s.rjust(32) for s in subjects)]
+    lines = ["file".ljust(30) + "".join(s.rjust(44) for s in subjects)]
     totals: Counter[str] = Counter()
     for name in FILES:
         ids = [t for t in comparable if t.startswith(name + "::")]
@@ -172,7 +172,7 @@ def _table(results: dict[str, dict[str, str]]) -> tuple[list[str], dict[str, int
         for subject in subjects:
             passed = sum(results[subject].get(t) == "passed" for t in ids)
             totals[subject] += passed
-            cells.append(f"{passed}/{len(ids)} passed".rjust(32))
+            cells.append(f"{passed}/{len(ids)} passed".rjust(44))
         lines.append(name.ljust(30) + "".join(cells))
     totals["comparable"] = len(comparable)
     return lines, dict(totals)
