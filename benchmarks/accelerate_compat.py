@@ -130,9 +130,12 @@ def run_suite(tests: Path, subject: str, timeout: int, pythonpath: str | None) -
     """Run FILES of ``tests`` (a copy of Accelerate's tests/) against ``subject``.
 
     ``subject`` is "accelerate" (as written), "nbaccel" (imports rewritten, test_utils too) or
-    "nbaccel+accelerate.test_utils" (imports rewritten, Accelerate's helpers kept).
+    "nbaccel+accelerate.test_utils" (imports rewritten, Accelerate's helpers kept); with
+    " per test" after it, a name nbaccel lacks fails only the tests that use it
+    (:mod:`benchmarks.compat_placeholders`) instead of every test of its file.
     """
-    rewrite = {"accelerate": None, "nbaccel": "nbaccel"}.get(subject, "accelerate")
+    base, _, per_test = subject.partition(" ")
+    rewrite = {"accelerate": None, "nbaccel": "nbaccel"}.get(base, "accelerate")
     with tempfile.TemporaryDirectory(prefix="accelerate-compat-") as tmp:
         work = Path(tmp)
         _copy_tests(tests, work, rewrite)
@@ -143,6 +146,7 @@ def run_suite(tests: Path, subject: str, timeout: int, pythonpath: str | None) -
         present = [f"tests/{name}" for name in FILES if (work / "tests" / name).exists()]
         command = [
             sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+            *(["-p", "benchmarks.compat_placeholders"] if per_test else []),
             "--continue-on-collection-errors", f"--timeout={timeout}",
             f"--junitxml={work / 'report.xml'}", *present,
         ]  # fmt: skip
@@ -158,7 +162,7 @@ def _table(results: dict[str, dict[str, str]]) -> tuple[list[str], dict[str, int
     base = results["accelerate"]
     comparable = [t for t, o in base.items() if "#" not in t and o != "skipped"]
     subjects = list(results)
-    lines = ["file".ljust(30) + "".join(s.rjust(32) for s in subjects)]
+    lines = ["file".ljust(30) + "".join(s.rjust(44) for s in subjects)]
     totals: Counter[str] = Counter()
     for name in FILES:
         ids = [t for t in comparable if t.startswith(name + "::")]
@@ -168,7 +172,7 @@ def _table(results: dict[str, dict[str, str]]) -> tuple[list[str], dict[str, int
         for subject in subjects:
             passed = sum(results[subject].get(t) == "passed" for t in ids)
             totals[subject] += passed
-            cells.append(f"{passed}/{len(ids)} passed".rjust(32))
+            cells.append(f"{passed}/{len(ids)} passed".rjust(44))
         lines.append(name.ljust(30) + "".join(cells))
     totals["comparable"] = len(comparable)
     return lines, dict(totals)
@@ -209,12 +213,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write every outcome to this file")
     parser.add_argument("--baseline", help="take Accelerate's outcomes from an earlier --json")
     parser.add_argument("--failures", action="store_true", help="list what nbaccel fails")
+    parser.add_argument(
+        "--per-test",
+        action="store_true",
+        help="also run each nbaccel subject with missing names failing only their own tests",
+    )
     options = parser.parse_args(argv)
     subjects = ["accelerate"]
     if options.test_utils in ("nbaccel", "both"):
         subjects.append("nbaccel")
     if options.test_utils in ("accelerate", "both"):
         subjects.append("nbaccel+accelerate.test_utils")
+    if options.per_test:
+        subjects += [f"{s} per test" for s in subjects[1:]]
     with tempfile.TemporaryDirectory(prefix="accelerate-tests-") as scratch:
         tests = _source(options, Path(scratch))
         results = {}

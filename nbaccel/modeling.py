@@ -8,12 +8,19 @@ ties again whatever the move untied.
 
 from __future__ import annotations
 
+from types import MethodType
 from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["find_tied_parameters", "move_model_to_device", "recompiled", "retie_parameters"]
+__all__ = [
+    "compile_regions",
+    "find_tied_parameters",
+    "move_model_to_device",
+    "recompiled",
+    "retie_parameters",
+]
 
 
 def find_tied_parameters(model: nn.Module, **kwargs: Any) -> list[list[str]]:
@@ -69,3 +76,41 @@ def recompiled(model: nn.Module, inner: nn.Module) -> nn.Module:
     if model._orig_mod is inner:
         return model
     return OptimizedModule(inner, model.dynamo_ctx)
+
+
+def _repeated_blocks(module: nn.Module) -> bool:
+    """A ``ModuleList`` whose children all share one class."""
+    return (
+        isinstance(module, nn.ModuleList)
+        and len(module) > 0
+        and all(isinstance(m, type(module[0])) for m in module)
+    )
+
+
+def _compile_parts(module: nn.Module, **compile_kwargs: Any) -> nn.Module:
+    if _repeated_blocks(module):
+        blocks: Any = module
+        compiled: list[Any] = [torch.compile(m, **compile_kwargs) for m in blocks]
+        return nn.ModuleList(compiled)
+    if not any(_repeated_blocks(m) for m in module.modules()):
+        return torch.compile(module, **compile_kwargs)  # type: ignore[return-value]
+    copy = module.__class__.__new__(module.__class__)
+    copy.__dict__.update(module.__dict__)
+    for name, value in list(copy.__dict__.items()):  # methods bound to the original
+        if isinstance(value, MethodType) and value.__self__ is module:
+            copy.__dict__[name] = MethodType(value.__func__, copy)
+    copy._modules = {}
+    for name, child in module.named_children():
+        copy.add_module(name, _compile_parts(child, **compile_kwargs))
+    return copy
+
+
+def compile_regions(module: nn.Module, **compile_kwargs: Any) -> nn.Module:
+    """Regional compilation: each block of a repeated ``ModuleList`` (a transformer's layers)
+    is compiled on its own, so the compiler's cache serves the others, and the rest of the
+    model separately. Returns a new module sharing ``module``'s parameters (``module`` is
+    unchanged, and reachable as ``_orig_mod``); ``compile_kwargs`` go to ``torch.compile``."""
+    compiled = _compile_parts(module, **compile_kwargs)
+    if "_orig_mod" not in compiled.__dict__:
+        compiled.__dict__["_orig_mod"] = module
+    return compiled

@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from .data import DataLoaderConfiguration, prepare_data_loader
-from .modeling import move_model_to_device
+from .modeling import compile_regions, move_model_to_device
 from .optim import AcceleratedOptimizer, AcceleratedScheduler
 from .plugins import TorchDynamoPlugin
 from .precision import Precision
@@ -156,12 +156,17 @@ class Preparer:
         model = self.precision.prepare_fp8(model)
         self.precision.wrap_forward(model)
         wrapped = model
+        dynamo = self.dynamo_plugin
+        compiling = dynamo is not None and str(dynamo.backend) != "NO"
+        regional = compiling and bool(dynamo.use_regional_compilation)  # type: ignore[union-attr]
+        if regional:  # blocks compiled one by one, inside the DDP / FSDP wrapper
+            wrapped = compile_regions(model, **dynamo.to_kwargs())  # type: ignore[union-attr]
         if not evaluation_mode:
-            wrapped = self.strategy.wrap_model(model, device=self.device, **self.ddp_kwargs)
+            wrapped = self.strategy.wrap_model(wrapped, device=self.device, **self.ddp_kwargs)
             if self.ddp_comm_hook is not None and isinstance(wrapped, _DDP):
                 self.ddp_comm_hook(wrapped)
-        if self.dynamo_plugin is not None and str(self.dynamo_plugin.backend) != "NO":
-            wrapped = torch.compile(wrapped, **self.dynamo_plugin.to_kwargs())  # type: ignore[assignment]
+        if compiling and not regional:
+            wrapped = torch.compile(wrapped, **dynamo.to_kwargs())  # type: ignore[union-attr, assignment]
         self.models.append(wrapped)
         self._remember(model, wrapped)
         return wrapped

@@ -94,6 +94,8 @@ def concat_batches(batches: Sequence[Any]) -> Any:
         if _is_sample_list(first):
             return _rebuild(first, [item for b in batches for item in b])
         return _rebuild(first, [concat_batches([b[i] for b in batches]) for i in range(len(first))])
+    if all(b == first for b in batches[1:]):  # a value shared by the batch (a string...)
+        return first
     raise TypeError(f"cannot concatenate batches of type {type(first).__name__}.")
 
 
@@ -111,6 +113,4 @@ def slice_batch(batch: Any, start: int, stop: int) -> Any:
         if _is_sample_list(batch):
             return _rebuild(batch, list(batch[start:stop]))
         return _rebuild(batch, [slice_batch(v, start, stop) for v in batch])
-    raise TypeError(
-        f"cannot slice a batch of type {type(batch).__name__}; pass slice_fn_for_dispatch."
-    )
+    return batch  # not per-sample data (a string, a number...): every slice keeps it

@@ -38,13 +38,18 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
         self,
         dataset: Any,
         *,
-        settings: LoaderSettings,
-        position: LoaderPosition,
-        reseeders: list[Reseeder],
-        loader_kwargs: dict[str, Any],
+        settings: LoaderSettings | None = None,
+        position: LoaderPosition | None = None,
+        reseeders: list[Reseeder] | None = None,
+        loader_kwargs: dict[str, Any] | None = None,
         slice_fn: SliceFn | None = None,
         skip_batches: int = 0,
+        **dataloader_kwargs: Any,
     ) -> None:
+        if settings is None or position is None or reseeders is None or loader_kwargs is None:
+            device = dataloader_kwargs.pop("device", None)
+            self._adopt(dataset, device, skip_batches, dataloader_kwargs, dispatch=True)
+            return
         self._init_kwargs = {
             "dataset": dataset,
             "settings": settings,

@@ -54,6 +54,19 @@ class LoaderSettings:
     sampler_is_batch_sampler: bool = False
 
 
+# Accelerate's constructor options besides the DataLoader's (the rest are not needed here)
+_ADAPTER_OPTIONS = (
+    "rng_types",
+    "synchronized_generator",
+    "use_stateful_dataloader",
+    "_drop_last",
+    "_non_blocking",
+    "torch_device_mesh",
+    "slice_fn",
+    "split_batches",
+)
+
+
 class PreparedLoaderMixin:
     """Epochs, seeding, state, GradientState registration and look-ahead for prepared loaders.
 
@@ -122,10 +135,56 @@ class PreparedLoaderMixin:
         return self._settings.use_stateful_dataloader
 
     def set_epoch(self, epoch: int) -> None:
-        """Use the shuffle order of ``epoch`` on the next pass (every pass advances it)."""
+        """Use the shuffle order of ``epoch`` on the next pass (every pass advances it); a
+        sampler or batch sampler with its own ``set_epoch`` hears of it at once."""
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"set_epoch(epoch=...) must be a non-negative int, got {epoch!r}.")
         self._position.epoch = epoch
+        for reseed in self._reseeders:
+            reseed(self._position.seed, epoch)
+
+    @property
+    def gradient_state(self) -> GradientState:
+        """The :class:`GradientState` this loader reports its progress to."""
+        return GradientState()
+
+    @property
+    def iteration(self) -> int:
+        """Accelerate's name for :attr:`epoch`."""
+        return self._position.epoch
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "base_dataloader":  # Accelerate's adapter attribute: the loader itself
+            return self
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _adopt(
+        self,
+        dataset: Any,
+        device: Any,
+        skip_batches: int,
+        dataloader_kwargs: dict[str, Any],
+        dispatch: bool,
+    ) -> None:
+        """Build the loader as Accelerate's constructor does, from ``DataLoader`` arguments:
+        one process's loader (``prepare_data_loader`` with one process), ``device`` for its
+        batches."""
+        from .prepare import prepare_data_loader
+
+        options = {k: dataloader_kwargs.pop(k) for k in _ADAPTER_OPTIONS if k in dataloader_kwargs}
+        built = prepare_data_loader(
+            DataLoader(dataset, **dataloader_kwargs),
+            device=device,
+            num_processes=1,
+            process_index=0,
+            put_on_device=device is not None,
+            dispatch_batches=dispatch,
+            rng_types=options.get("rng_types"),
+            non_blocking=bool(options.get("_non_blocking", False)),
+            use_stateful_dataloader=bool(options.get("use_stateful_dataloader", False)),
+        )
+        self.__dict__.update(built.__dict__)
+        self.skip_batches = skip_batches
 
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, int]:
@@ -216,14 +275,19 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
     def __init__(
         self,
         dataset: Any,
+        device: Any = None,
         *,
-        settings: LoaderSettings,
-        position: LoaderPosition,
-        reseeders: list[Reseeder],
-        loader_kwargs: dict[str, Any],
+        settings: LoaderSettings | None = None,
+        position: LoaderPosition | None = None,
+        reseeders: list[Reseeder] | None = None,
+        loader_kwargs: dict[str, Any] | None = None,
         shard_sampler: BatchSamplerShard | None = None,
         skip_batches: int = 0,
+        **dataloader_kwargs: Any,
     ) -> None:
+        if settings is None or position is None or reseeders is None or loader_kwargs is None:
+            self._adopt(dataset, device, skip_batches, dataloader_kwargs, dispatch=False)
+            return
         self._init_kwargs = {
             "dataset": dataset,
             "settings": settings,

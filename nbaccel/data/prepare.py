@@ -64,6 +64,9 @@ def _seeded_sampler(sampler: Any, reseeders: list[Reseeder], seeding: _Seeding) 
         if hasattr(sampler, "set_epoch"):
             reseeders.append(lambda seed, epoch: sampler.set_epoch(epoch))
         return sampler
+    if isinstance(sampler, SeedableRandomSampler):  # the user's own: kept, told the epoch
+        reseeders.append(lambda seed, epoch: sampler.set_epoch(epoch))
+        return sampler
     if isinstance(sampler, RandomSampler):
         seedable = SeedableRandomSampler(
             sampler.data_source,
@@ -115,11 +118,11 @@ def _seeded_batch_sampler(
 def _seeded_batch_sampler_of(
     batch_sampler: Any, reseeders: list[Reseeder], seeding: _Seeding
 ) -> Any:
-    batch_sampler = copy.copy(batch_sampler)
     inner = getattr(batch_sampler, "sampler", None)
     if inner is not None:
         seeded = _seeded_sampler(inner, reseeders, seeding)
-        if seeded is not inner:
+        if seeded is not inner:  # a copy takes the seeded sampler; the user's stays as it is
+            batch_sampler = copy.copy(batch_sampler)
             try:
                 setattr(batch_sampler, "sampler", seeded)  # noqa: B010
             except AttributeError:
@@ -296,7 +299,8 @@ def prepare_data_loader(
     if split_batches and base_size is not None and base_size % n != 0:
         raise ValueError(
             f"split_batches=True cuts every batch into {n} equal pieces, but the batch size "
-            f"{base_size} does not divide by {n}. Use a multiple of {n}, or split_batches=False."
+            f"{base_size} is not a round multiple of {n}. Use a multiple of {n}, or "
+            "split_batches=False."
         )
     per_process = base_size // n if (split_batches and base_size is not None) else base_size
     total = base_size if split_batches or base_size is None else base_size * n

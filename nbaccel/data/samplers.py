@@ -106,7 +106,7 @@ class BatchSamplerShard(BatchSampler):
             if batch_size % num_processes != 0:
                 raise ValueError(
                     f"split_batches=True cuts every batch into {num_processes} equal pieces, "
-                    f"but the batch size {batch_size} does not divide by {num_processes}. "
+                    f"but the batch size {batch_size} is not a round multiple of {num_processes}. "
                     "Use a batch size that is a multiple of the number of processes."
                 )
         self.batch_sampler = batch_sampler
@@ -177,11 +177,14 @@ class BatchSamplerShard(BatchSampler):
     def _iter_whole(self) -> Iterator[list[int]]:
         n, size = self.num_processes, self.batch_size
         first: list[int] = []
+        first_batches: list[list[int]] = []
         current: list[list[int]] = []
         for batch in self.batch_sampler:
             batch = list(batch)
             if len(first) < n * (size or len(batch)):
                 first.extend(batch)
+            if len(first_batches) < n:
+                first_batches.append(batch)
             current.append(batch)
             full = size is None or all(len(b) == size for b in current)
             if len(current) == n and full:
@@ -195,7 +198,13 @@ class BatchSamplerShard(BatchSampler):
             if self.process_index < len(current):
                 yield current[self.process_index]
             return
-        target = size if size is not None else len(current[0])
+        if size is None:  # batches of varying sizes: whole first batches complete the round
+            cycle = itertools.cycle(first_batches)
+            padding = [next(cycle) for _ in range(n - len(current))]
+            self.duplicated_samples = sum(len(b) for b in padding)
+            yield (current + padding)[self.process_index]
+            return
+        target = size
         filler = itertools.cycle(first)
         padded = [self._pad(b, target, filler) for b in current]
         padded += [self._pad([], target, filler) for _ in range(n - len(current))]

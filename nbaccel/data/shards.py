@@ -46,7 +46,7 @@ class IterableDatasetShard(IterableDataset):
         if split_batches and batch_size > 1 and batch_size % num_processes != 0:
             raise ValueError(
                 f"split_batches=True cuts every batch into {num_processes} equal pieces, but "
-                f"the batch size {batch_size} does not divide by {num_processes}."
+                f"the batch size {batch_size} is not a round multiple of {num_processes}."
             )
         self.dataset = dataset
         self.batch_size = batch_size

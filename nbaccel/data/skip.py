@@ -34,6 +34,11 @@ class SkipDataLoader(DataLoader):
     def __len__(self) -> int:
         return max(0, super().__len__() - self.skip_batches)
 
+    def __getattr__(self, name: str) -> Any:
+        if name == "base_dataloader":  # Accelerate's adapter attribute: the loader itself
+            return self
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         return itertools.islice(super().__iter__(), self.skip_batches, None)
 
@@ -58,7 +63,7 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
     if num_batches < 0:
         raise ValueError(f"skip_first_batches(num_batches={num_batches}) must not be negative.")
     if isinstance(dataloader, PreparedLoaderMixin):
-        return dataloader.with_skip(dataloader.skip_batches + num_batches)  # type: ignore[attr-defined]
+        return dataloader.with_skip(dataloader.skip_batches + num_batches)
     if not isinstance(dataloader, DataLoader):
         raise TypeError(
             "skip_first_batches expects a torch.utils.data.DataLoader, "

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import nbaccel
 import nbaccel.utils
-from nbaccel import Accelerator, GradientAccumulationPlugin, GradScalerKwargs
+from nbaccel import Accelerator, GradientAccumulationPlugin, GradScalerKwargs, TorchDynamoPlugin
 from nbaccel.modeling import recompiled
 from nbaccel.optim import AcceleratedOptimizer, AcceleratedScheduler
 from nbaccel.testing import reset_state
@@ -408,6 +408,33 @@ def test_unwrap_model_keep_torch_compile() -> None:
     rebuilt = recompiled(outer, model)
     assert rebuilt is not outer and rebuilt._orig_mod is model and outer._orig_mod[0] is model
     assert rebuilt(torch.ones(2, 3)).shape == (2, 1)
+
+
+class _Layers(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(3, 3) for _ in range(3)])
+        self.head = nn.Linear(3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return self.head(x)
+
+
+def test_regional_compilation_compiles_each_block() -> None:
+    torch._dynamo.reset()
+    model, x = _Layers(), torch.randn(2, 3)
+    expected = model(x)
+    plugin = TorchDynamoPlugin(backend="eager", use_regional_compilation=True)
+    acc = Accelerator(dynamo_plugin=plugin)
+    prepared = acc.prepare(model)
+    compiled = torch._dynamo.eval_frame.OptimizedModule
+    assert all(isinstance(block, compiled) for block in prepared.layers)
+    assert isinstance(prepared.head, compiled) and not isinstance(model.layers[0], compiled)
+    torch.testing.assert_close(prepared(x), expected)
+    assert acc.unwrap_model(prepared) is model
+    torch._dynamo.reset()
 
 
 def test_sync_gradients_is_settable_and_optimizer_pickles() -> None:

@@ -103,9 +103,9 @@ def test_batch_sampler_shard_split_batches(n, length, even, expected) -> None:
 
 
 def test_split_batches_needs_a_divisible_batch_size() -> None:
-    with pytest.raises(ValueError, match="does not divide by 3"):
+    with pytest.raises(ValueError, match="not a round multiple of 3"):
         shards(10, 4, 3, split=True)
-    with pytest.raises(ValueError, match="does not divide by 3"):
+    with pytest.raises(ValueError, match="not a round multiple of 3"):
         prepare_data_loader(DataLoader(items(10), batch_size=4), None, 3, 0, split_batches=True)
 
 
