@@ -102,7 +102,7 @@ def train_with_trainer(output_dir: str, epochs: float = 2.0, **arguments: Any) -
     """Fine-tune :func:`tiny_bert` with a ``Trainer`` (launch it with ``notebook_launcher``).
 
     ``arguments`` go to ``TrainingArguments`` (for instance ``fsdp="full_shard"``). Returns the
-    rank, the world size the Trainer saw, and the evaluation metrics.
+    rank, the world size the Trainer saw, how it wrapped the model, and the evaluation metrics.
     """
     from transformers import Trainer, TrainingArguments
 
@@ -118,6 +118,7 @@ def train_with_trainer(output_dir: str, epochs: float = 2.0, **arguments: Any) -
         "report_to": [],
         "use_cpu": True,
         "seed": 0,
+        "ddp_find_unused_parameters": False,
     }
     options.update(arguments)
     args = TrainingArguments(output_dir=output_dir, **options)
@@ -133,6 +134,7 @@ def train_with_trainer(output_dir: str, epochs: float = 2.0, **arguments: Any) -
     return {
         "rank": int(os.environ.get("RANK", "0")),
         "world_size": args.world_size,
+        "wrapped_as": type(trainer.model_wrapped).__name__,
         "eval_accuracy": metrics["eval_accuracy"],
         "eval_loss": metrics["eval_loss"],
     }

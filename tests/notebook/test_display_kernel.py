@@ -152,6 +152,7 @@ def test_transformers_trainer_shows_its_table_once(kernel: Kernel) -> None:
         kernel,
         "trainer",
         "results = notebook_launcher(train_with_trainer, (tempfile.mkdtemp(), 1.0), "
+        "kwargs=dict(ddp_find_unused_parameters=True), "
         "num_processes=2, cpu=True, start_method='fork'); print(results)",
     )
     # the live table: one output (a display id) that training updates in place; the final
@@ -164,6 +165,7 @@ def test_transformers_trainer_shows_its_table_once(kernel: Kernel) -> None:
     assert "Accuracy" in table[-1].data["text/html"]
     assert {d.rank for d in cell.displays if d.kind != "comm_msg"} == {0}
     assert "'world_size': 2" in cell.stdout and "'rank': 1" in cell.stdout
+    assert "[rank1]:[W" in cell.stderr  # torch's own prefix (find_unused_parameters' warning)
     assert not _DOUBLED.search(cell.stderr), cell.stderr
     for line in (cell.stdout + cell.stderr).splitlines():
         assert line.startswith(("[rank", "Launching ", "[{'rank'")), line
