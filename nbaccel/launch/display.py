@@ -12,7 +12,6 @@ the worker's message pipe; :mod:`nbaccel.launch.render` draws them in the cell.
 from __future__ import annotations
 
 import importlib
-import itertools
 import sys
 import warnings
 from collections.abc import Callable
@@ -150,9 +149,6 @@ class _NullFile:
         pass
 
 
-_BAR_IDS = itertools.count(1)
-
-
 def _bar_class(send: Send, rank: int) -> type:
     from tqdm.asyncio import tqdm_asyncio
 
@@ -165,7 +161,7 @@ def _bar_class(send: Send, rank: int) -> type:
             kwargs.pop("display", None)  # tqdm.notebook-only arguments
             kwargs.pop("colour", None)
             kwargs["file"] = _NullFile()
-            self._bar_id = next(_BAR_IDS)
+            self._bar_id = id(self)  # unique while the bar lives; closing ends it here
             super().__init__(*args, **kwargs)
 
         def _event(self, state: str) -> BarEvent:

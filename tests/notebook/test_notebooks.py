@@ -237,20 +237,20 @@ def _html_outputs(notebook: Any, needle: str) -> list[str]:
 
 def test_08_transformers_trainer() -> None:
     pytest.importorskip("transformers")
-    notebook = _with_parameters(_read("08_transformers_trainer.ipynb"), EPOCHS=2.0)
+    notebook = _with_parameters(_read("08_transformers_trainer.ipynb"), EPOCHS=1.0)
     text = _execute(notebook)
     for rank in (0, 1):
         result = rf"^\{{'rank': {rank}, 'world_size': 2, 'wrapped_as': 'DistributedDataParallel', "
         found = re.search(result + r"'eval_accuracy': ([0-9.]+)\}$", text, re.M)
-        assert found and float(found.group(1)) >= 0.7, text
+        assert found and float(found.group(1)) >= 0.6, text  # one short epoch in the test
         line = f"rank {rank}: fsdp='full_shard' on CPU -> model wrapped as DistributedDataParallel"
         assert line in text, text
     # the Trainer's live table (its progress bar above the loss and metrics table), once per
-    # launch: the first launch trains 2 epochs, the FSDP one 1 (half an epoch, shown as 0)
+    # launch: the first launch trains one epoch (in the test), the FSDP one half an epoch
     live = _html_outputs(notebook, "<progress")
     tables = [html for html in live if "Training Loss" in html]
     assert len(tables) == 2, live
-    assert "Accuracy" in tables[0] and "<td>2</td>" in tables[0]
+    assert "Accuracy" in tables[0] and "<td>1</td>" in tables[0]
     assert "attempted to send message from fork" not in text
 
 
