@@ -37,6 +37,7 @@ def show_everything(clear=False):
     rank = os.environ["RANK"]
     # a spawned worker has no handler from the kernel: this one is made in the worker
     logging.basicConfig(level=logging.INFO, format="WORKER-HANDLER %(message)s", stream=sys.stderr)
+    logging.getLogger("nbaccel.test").info("first write of %s", rank)  # before any print
     print(f"text before display {rank}", flush=True)
     display(HTML(f"<b>hello from {rank}</b>"))
     handle = display(HTML(f"<i>first {rank}</i>"), display_id=True)
@@ -131,6 +132,7 @@ def test_logging_lines_of_workers_are_whole_and_rank_prefixed(kernel: Kernel, me
     cell = _everything(kernel, method)
     handler = "KERNEL-HANDLER" if method == "fork" else "WORKER-HANDLER"
     for rank in (0, 1):
+        assert f"[rank{rank}]: {handler} first write of {rank}\n" in cell.stderr, cell.describe()
         assert f"[rank{rank}]: {handler} logged on {rank}\n" in cell.stderr, cell.describe()
     assert not _DOUBLED.search(cell.stderr)
 
@@ -179,3 +181,17 @@ def test_the_kernel_log_holds_no_message_sent_from_a_fork(kernel: Kernel, log_pa
     kernel.ok("print('flush')")
     assert FORK_WARNING not in log_path.read_text(errors="replace")
     assert all(FORK_WARNING not in cell.stderr + cell.stdout for cell in cells)
+    # the control: a child forked without nbaccel that displays does leave the warning there
+    kernel.ok(
+        """
+        import os, time
+        from IPython.display import display
+        _pid = os.fork()
+        if _pid == 0:
+            display("from a plain fork")
+            os._exit(0)
+        os.waitpid(_pid, 0)
+        time.sleep(0.5)
+        """
+    )
+    assert FORK_WARNING in log_path.read_text(errors="replace")
