@@ -7,7 +7,6 @@ scikit-learn's 8x8 digits) made from its ``PretrainedConfig`` with random weight
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -132,7 +131,7 @@ def train_with_trainer(output_dir: str, epochs: float = 2.0, **arguments: Any) -
     trainer.train()
     metrics = trainer.evaluate()
     return {
-        "rank": int(os.environ.get("RANK", "0")),
+        "rank": args.process_index,
         "world_size": args.world_size,
         "wrapped_as": type(trainer.model_wrapped).__name__,
         "eval_accuracy": metrics["eval_accuracy"],

@@ -146,16 +146,17 @@ def test_display_ranks_shows_the_chosen_rank_labelled(kernel: Kernel) -> None:
     assert [d.kind for d in cell.displays].count("clear_output") == 1  # rank 1's clear_output
 
 
-def test_transformers_trainer_shows_its_table_once(kernel: Kernel) -> None:
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_transformers_trainer_shows_its_table_once(kernel: Kernel, method: str) -> None:
     pytest.importorskip("transformers")
     pytest.importorskip("sklearn")
     kernel.ok("from nbaccel.examples.trainer import train_with_trainer", timeout=120)
     cell = _launch(
         kernel,
-        "trainer",
+        f"trainer-{method}",
         "results = notebook_launcher(train_with_trainer, (tempfile.mkdtemp(), 1.0), "
         "kwargs=dict(ddp_find_unused_parameters=True), "
-        "num_processes=2, cpu=True, start_method='fork'); print(results)",
+        f"num_processes=2, cpu=True, start_method={method!r}); print(results)",
     )
     # the live table: one output (a display id) that training updates in place; the final
     # metrics table after evaluate() has no id, as in a single process
