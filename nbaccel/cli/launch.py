@@ -40,7 +40,7 @@ __all__ = ["add_launch_options", "add_parser", "execute", "run", "run_entry", "s
 _LOOPBACK = "127.0.0.1"
 _RDZV_LOOPBACK = "nbaccel-loopback"
 _SKIP = ("compute_environment", "distributed_type", "num_processes", "use_cpu", "debug")
-_SKIP_LAUNCHER = ("max_restarts", "start_method")  # its own --max_restarts; always new processes
+_SKIP_LAUNCHER = ("max_restarts", "start_method", "display_ranks")  # launcher-only keys
 _SKIP_TPU = ("tpu_env", "tpu_use_cluster", "tpu_use_sudo", "tpu_name", "tpu_zone", "tpu_vm")
 
 

@@ -169,6 +169,7 @@ def launcher_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:
         "max_restarts": cfg.max_restarts if "max_restarts" in loaded.keys else None,
         "start_method": cfg.start_method if "start_method" in loaded.keys else None,
         "fsdp_config": cfg.fsdp_config.to_dict() if cfg.distributed_type == "FSDP" else None,
+        "display_ranks": cfg.display_ranks if "display_ranks" in loaded.keys else None,
     }
     for key, value in fill.items():
         if out.get(key) is None and value is not None:

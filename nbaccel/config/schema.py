@@ -13,6 +13,7 @@ from typing import Any
 
 from ..enums import DynamoBackend
 from .fsdp import FsdpConfig
+from .ranks import DEFAULT_DISPLAY_RANKS, display_ranks_text
 from .values import ValueProblem, as_bool, as_choice, as_int, as_port, as_str
 
 __all__ = [
@@ -43,7 +44,12 @@ RDZV_BACKENDS = ("static", "c10d")
 START_METHODS = ("auto", "fork", "spawn")
 # nbaccel's own keys (Accelerate's files have none of them): written only when not default,
 # so that a file nbaccel writes with its defaults stays one Accelerate reads too.
-NBACCEL_KEYS = {"gradient_accumulation_steps": 1, "start_method": "auto", "max_restarts": 0}
+NBACCEL_KEYS = {
+    "gradient_accumulation_steps": 1,
+    "start_method": "auto",
+    "max_restarts": 0,
+    "display_ranks": DEFAULT_DISPLAY_RANKS,
+}
 # Keys of Accelerate's files that nbaccel accepts and does not act on.
 IGNORED_KEYS = (
     "deepspeed_config",
@@ -227,6 +233,11 @@ class ConfigFile:
     )
     max_restarts: int = _f(
         0, lambda v: as_int(v, minimum=0), "restarts of the group after a failure (0: none)"
+    )
+    display_ranks: str = _f(
+        DEFAULT_DISPLAY_RANKS,
+        display_ranks_text,
+        "ranks whose rich output (display(), notebook bars) notebook_launcher shows: 0,1 or all",
     )
 
     def __post_init__(self) -> None:

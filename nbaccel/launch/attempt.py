@@ -22,6 +22,7 @@ from .config import LaunchConfig
 from .errors import LaunchTimeoutError, build_error, format_fates, root_cause
 from .output import OutputRelay, format_prefix
 from .processes import GroupOutcome, WorkerGroup
+from .render import cell_renderer
 from .rendezvous import LOOPBACK, C10dRendezvous, StoreHost, join_nodes
 from .spec import WorkerSpec
 
@@ -116,11 +117,15 @@ class LaunchPlan:
             for lr, r in ranks.items()
         }
         relay = OutputRelay(prefixes, line_sink=self.line_sink)
+        renderer = cell_renderer(config.display_ranks, ranks, prefixes, relay.drain)
+        on_event = renderer.chain(self.on_event) if renderer is not None else self.on_event
         try:
             specs = [self._spec(config, attempt, port, r, lr, relay) for lr, r in ranks.items()]
+            for spec in specs:
+                spec.display = renderer is not None
             group = WorkerGroup(
                 specs,
-                self.on_event,
+                on_event,
                 config.monitor_interval,
                 config.timeout,
                 attempt=attempt,
@@ -136,6 +141,8 @@ class LaunchPlan:
             outcome = group.run()
         finally:
             relay.close()
+            if renderer is not None:
+                renderer.close()
         return self._results(outcome, specs, first_rank)
 
     def _results(self, outcome: GroupOutcome, specs: list[WorkerSpec], first: int) -> list[Any]:

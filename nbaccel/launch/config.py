@@ -65,6 +65,26 @@ def _endpoint(value: Any) -> tuple[str, int] | None:
     return host.strip("[]"), parsed
 
 
+def _display_ranks(value: Any) -> tuple[int, ...] | None:
+    from ..config.ranks import parse_display_ranks
+    from ..config.values import ValueProblem
+
+    try:
+        return parse_display_ranks(0 if value is None else value)
+    except ValueProblem as problem:
+        raise ValueError(f"display_ranks {problem}.") from None
+
+
+def _check_display_ranks(config: LaunchConfig) -> None:
+    ranks = config.display_ranks or ()
+    if ranks and ranks[-1] >= config.world_size:
+        raise ValueError(
+            f"display_ranks={list(ranks)} names rank {ranks[-1]}, but the launch has "
+            f"{config.world_size} processes (ranks 0..{config.world_size - 1}); name ranks "
+            "that exist, or 'all'."
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class LaunchConfig:
     """The launcher's settings, checked on construction (see ``notebook_launcher``)."""
@@ -88,6 +108,7 @@ class LaunchConfig:
     accelerator: str = "cpu"
     debug: bool = False
     fsdp_config: dict[str, Any] | None = None
+    display_ranks: tuple[int, ...] | None = (0,)  # None: every rank
 
     @property
     def cpu(self) -> bool:
@@ -131,13 +152,15 @@ class LaunchConfig:
         debug = kwargs.pop("debug", None)
         if debug is not None and not isinstance(debug, bool):
             raise TypeError(f"debug must be True, False or None, got {debug!r}.")
-        return cls(
+        config = cls(
             num_processes=num,
             accelerator=accelerator,
             debug=debug_mode_requested() if debug is None else debug,
             fsdp_config=fsdp_config,
             **cls._checked(kwargs),
         )
+        _check_display_ranks(config)
+        return config
 
     @staticmethod
     def _checked(raw: dict[str, Any]) -> dict[str, Any]:
@@ -175,6 +198,7 @@ class LaunchConfig:
         )
         if out["start_method"] == "fork" and "fork" not in multiprocessing.get_all_start_methods():
             raise ValueError("start_method='fork' is not available on this platform; use 'spawn'.")
+        out["display_ranks"] = _display_ranks(raw.get("display_ranks"))
         template = raw.get("log_line_prefix_template")
         if template is not None:
             from .output import validate_prefix_template

@@ -46,6 +46,7 @@ def notebook_launcher(
     kwargs: dict[str, Any] | None = None,
     on_event: Callable[[Any], None] | None = None,
     dashboard: bool | Any | None = None,
+    display_ranks: int | list[int] | str | None = None,
 ) -> list[Any]:
     """Run ``function(*args)`` on ``num_processes`` processes of this machine and return
     the list of their return values, indexed by local process index.
@@ -91,6 +92,7 @@ def notebook_launcher(
         rendezvous_timeout=rendezvous_timeout,
         cpu=cpu,
         debug=debug,
+        display_ranks=display_ranks,
     )
     _refuse_existing_state()
     call_args, call_kwargs = tuple(args), dict(kwargs or {})

@@ -12,6 +12,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
+from .logstreams import retarget_log_handlers
+
 __all__ = [
     "DEFAULT_PREFIX_TEMPLATE",
     "PREFIX_PLACEHOLDERS",
@@ -171,6 +173,7 @@ class OutputRelay:
         self._stdout: TextIO = sys.stdout if stdout is None else stdout
         self._stderr: TextIO = sys.stderr if stderr is None else stderr
         self._lock = threading.Lock()
+        self._read_lock = threading.Lock()  # one reader of a pipe at a time (see drain)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._selector: selectors.BaseSelector | None = None
@@ -294,7 +297,23 @@ class OutputRelay:
                     self._read(pipe, max_reads=_MAX_DRAIN_READS)
                     self._emit(pipe, pipe.take_segments(b"", final=True))
 
+    def drain(self, local_rank: int) -> None:
+        """Stream now every whole line rank ``local_rank`` has written so far (from any thread).
+
+        The display channel calls it before drawing a rank's rich output, so that the text the
+        rank wrote before it comes first in the cell.
+        """
+        if self._thread is None or self._closed or local_rank not in self._pipes:
+            return
+        for pipe in self._pipes[local_rank]:
+            if not pipe.eof and pipe.read_fd >= 0:
+                self._read(pipe, max_reads=_MAX_DRAIN_READS)
+
     def _read(self, pipe: _Pipe, max_reads: int) -> None:
+        with self._read_lock:
+            self._read_locked(pipe, max_reads)
+
+    def _read_locked(self, pipe: _Pipe, max_reads: int) -> None:
         for _ in range(max_reads):
             try:
                 data = os.read(pipe.read_fd, _CHUNK)
@@ -311,7 +330,12 @@ class OutputRelay:
     def _emit(self, pipe: _Pipe, lines: list[str]) -> None:
         if not lines:
             return
-        text = "".join(pipe.prefix + line + "\n" for line in lines)
+        # torch prefixes its own C++ log lines with the rank ("[rank1]:[W ...]"): not twice
+        stem = pipe.prefix.rstrip()
+        text = "".join(
+            (line if stem and line.startswith(stem) else pipe.prefix + line) + "\n"
+            for line in lines
+        )
         with self._lock:
             try:
                 pipe.stream.write(text)
@@ -369,3 +393,6 @@ def redirect_child_output(stdout_fd: int, stderr_fd: int) -> None:
     sys.stderr = _open_std(2)
     sys.__stdout__ = sys.stdout  # type: ignore[misc]  # typeshed marks these Final
     sys.__stderr__ = sys.stderr  # type: ignore[misc]
+    new = (sys.stdout, sys.stderr, sys.stdout, sys.stderr)
+    replaced = {o: n for o, n in zip(old, new, strict=True) if o is not None}
+    retarget_log_handlers(replaced, sys.stdout, sys.stderr)

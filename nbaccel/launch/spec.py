@@ -34,6 +34,7 @@ class WorkerSpec:
         sys_path: the launcher's ``sys.path``, so functions from the user's modules import.
         cwd: the launcher's working directory.
         kwargs: keyword arguments for ``function``.
+        display: the launcher draws rich output in a notebook: send it (see ``display.py``).
     """
 
     function: Callable[..., Any]
@@ -50,6 +51,7 @@ class WorkerSpec:
     sys_path: list[str] = field(default_factory=list)
     cwd: str = ""
     kwargs: dict[str, Any] = field(default_factory=dict)
+    display: bool = False
 
     def dumps(self) -> bytes:
         """Serialise for a spawned worker (functions defined in the notebook go by value)."""

@@ -20,6 +20,7 @@ from ..environment import read_launch_environment
 from ..state.handshake import enter
 from ..state.registry import STATE, reset_registry
 from .bars import text_bars_in_worker
+from .display import install_worker_display
 from .errors import capture_exception
 from .events import RankStateEvent
 from .guard import check_child_not_bad_fork
@@ -109,6 +110,8 @@ def run_worker(spec: WorkerSpec, forked: bool) -> int:
         reset_registry()  # a forked worker must not inherit the notebook's state
         STATE.event_sink = lambda event: channel.send("event", event)
         STATE.worker_rank = spec.rank
+        if spec.display:  # rich output and notebook bars reach the cell through the channel
+            install_worker_display(lambda event: channel.send("event", event), spec.rank)
         if spec.num_threads:
             torch.set_num_threads(spec.num_threads)
         restart = read_launch_environment().restart_count

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..config import ConfigFile, FsdpConfig, ValueProblem
 from ..config.fsdp import SHARDING_STRATEGIES, STATE_DICT_TYPES, WRAP_POLICIES
+from ..config.ranks import parse_display_ranks
 from ..config.schema import START_METHODS
 from .hardware import Hardware
 
@@ -27,6 +28,7 @@ class PanelValues:
     start_method: str = "auto"
     gradient_accumulation_steps: int = 1
     max_restarts: int = 0
+    display_ranks: str = "0"  # "0", "0,1" or "all"
     use_fsdp: bool = False
     fsdp_version: int = 2
     fsdp_sharding_strategy: str = "FULL_SHARD"
@@ -87,6 +89,7 @@ class PanelValues:
             gradient_accumulation_steps=self.gradient_accumulation_steps,
             start_method=self.start_method,
             max_restarts=self.max_restarts,
+            display_ranks=self.display_ranks,
         )
 
     @classmethod
@@ -109,6 +112,7 @@ class PanelValues:
             start_method=config.start_method,
             gradient_accumulation_steps=config.gradient_accumulation_steps,
             max_restarts=config.max_restarts,
+            display_ranks=config.display_ranks,
         )
         fsdp = dict(config.fsdp_config.values)
         if config.distributed_type == "FSDP" or fsdp:
@@ -172,6 +176,17 @@ def _fsdp_problems(v: PanelValues, hardware: Hardware) -> dict[str, str]:
     return out
 
 
+def _display_problems(v: PanelValues) -> dict[str, str]:
+    try:
+        ranks = parse_display_ranks(v.display_ranks)
+    except ValueProblem:
+        return {"display_ranks": "a rank, ranks such as 0,1, or all"}
+    world = v.num_processes * v.num_machines
+    if ranks and ranks[-1] >= world:
+        return {"display_ranks": f"ranks 0..{world - 1} exist with {world} process(es)"}
+    return {}
+
+
 def validate(values: PanelValues, hardware: Hardware) -> dict[str, str]:
     """Every problem with ``values`` on ``hardware``: field name -> message (empty: valid)."""
     v = values
@@ -195,6 +210,7 @@ def validate(values: PanelValues, hardware: Hardware) -> dict[str, str]:
         out["gradient_accumulation_steps"] = "at least 1 (1: no accumulation)"
     if v.max_restarts < 0:
         out["max_restarts"] = "0 or more"
+    out.update(_display_problems(v))
     out.update(_machine_problems(v))
     out.update(_fsdp_problems(v, hardware))
     if not out:
@@ -223,6 +239,12 @@ def launch_options(values: PanelValues) -> dict[str, Any]:
         out["max_restarts"] = v.max_restarts
     if v.start_method != "auto":
         out["start_method"] = v.start_method
+    try:
+        ranks = parse_display_ranks(v.display_ranks)
+    except ValueProblem:  # shown next to the field by validate(); the call keeps its default
+        ranks = (0,)
+    if ranks != (0,):
+        out["display_ranks"] = "all" if ranks is None else list(ranks)
     if v.device == "cpu":
         out["cpu"] = True
     return out

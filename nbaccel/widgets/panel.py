@@ -36,6 +36,7 @@ _SECTIONS: dict[str, tuple[tuple[str, str], ...]] = {
         ("start_method", "Start method"),
         ("gradient_accumulation_steps", "Grad. accumulation"),
         ("max_restarts", "Restarts"),
+        ("display_ranks", "Rich output of ranks"),
     ),
     "Machines": (
         ("num_machines", "Machines"),
@@ -105,6 +106,7 @@ class ConfigPanel(widgets.VBox):
     start_method = traitlets.Unicode("auto")
     gradient_accumulation_steps = traitlets.Int(1)
     max_restarts = traitlets.Int(0)
+    display_ranks = traitlets.Unicode("0")
     num_machines = traitlets.Int(1)
     machine_rank = traitlets.Int(0)
     main_process_ip = traitlets.Unicode("")

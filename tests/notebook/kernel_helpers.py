@@ -27,6 +27,7 @@ from jupyter_client.manager import KernelManager
 __all__ = [
     "BANNER",
     "Cell",
+    "Display",
     "Kernel",
     "Output",
     "ProcessSnapshot",
@@ -72,12 +73,36 @@ class Output:
 
 
 @dataclass
+class Display:
+    """One rich-output message of a cell (``display_data``, ``update_display_data``,
+    ``clear_output`` or a widget's ``comm_msg``), with the (monotonic) time it arrived."""
+
+    kind: str
+    content: dict[str, Any]
+    at: float
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return dict(self.content.get("data", {}))
+
+    @property
+    def display_id(self) -> str | None:
+        return self.content.get("transient", {}).get("display_id")
+
+    @property
+    def rank(self) -> int | None:
+        """The rank nbaccel's launcher put in the metadata (None: not from a worker)."""
+        return self.content.get("metadata", {}).get("nbaccel", {}).get("rank")
+
+
+@dataclass
 class Cell:
     """What one executed cell produced."""
 
     msg_id: str
     started: float
     outputs: list[Output] = field(default_factory=list)
+    displays: list[Display] = field(default_factory=list)
     status: str = ""
     execution_count: int | None = None
     ename: str = ""
@@ -191,6 +216,8 @@ class Kernel:
         now = time.monotonic()
         if kind == "stream":
             cell.outputs.append(Output(content["name"], content["text"], now))
+        elif kind in ("display_data", "update_display_data", "clear_output", "comm_msg"):
+            cell.displays.append(Display(kind, dict(content), now))
         elif kind == "error":
             cell.ename, cell.evalue = content["ename"], content["evalue"]
             cell.traceback = list(content["traceback"])
@@ -251,10 +278,17 @@ class Kernel:
 
 
 @contextlib.contextmanager
-def running_kernel(**env: str) -> Iterator[Kernel]:
-    """Start a real kernel (``python3`` spec: this interpreter); always shut it down."""
+def running_kernel(log_path: str | None = None, **env: str) -> Iterator[Kernel]:
+    """Start a real kernel (``python3`` spec: this interpreter); always shut it down.
+
+    With ``log_path``, the kernel process's own stdout and stderr (its log) go to that file.
+    """
     manager = KernelManager(kernel_name="python3")
-    manager.start_kernel(env=kernel_env(**env))
+    if log_path is None:
+        manager.start_kernel(env=kernel_env(**env))
+    else:
+        with open(log_path, "wb") as log:
+            manager.start_kernel(env=kernel_env(**env), stdout=log, stderr=log)
     kernel = Kernel(manager, manager.client())
     try:
         kernel.client.start_channels()

@@ -32,6 +32,7 @@ CHECKED = {
     "05_multi_node.ipynb",
     "06_colab_kaggle.ipynb",
     "07_config_panel.ipynb",
+    "08_transformers_trainer.ipynb",
 }
 _CELL_TIMEOUT = 240
 
@@ -222,6 +223,35 @@ def test_06_colab_kaggle() -> None:
     assert "CudaInitializedError: CUDA was already initialised in this process" in text, text
     assert 'start_method="spawn"' in text
     assert "with spawn (gloo)" in text and "with spawn: 2 ranks returned" in text, text
+
+
+def _html_outputs(notebook: Any, needle: str) -> list[str]:
+    return [
+        str(output["data"]["text/html"])
+        for cell in notebook.cells
+        for output in cell.get("outputs", [])
+        if output.get("output_type") == "display_data"
+        and needle in str(output.get("data", {}).get("text/html", ""))
+    ]
+
+
+def test_08_transformers_trainer() -> None:
+    pytest.importorskip("transformers")
+    notebook = _with_parameters(_read("08_transformers_trainer.ipynb"), EPOCHS=1.0)
+    text = _execute(notebook)
+    for rank in (0, 1):
+        result = rf"^\{{'rank': {rank}, 'world_size': 2, 'wrapped_as': 'DistributedDataParallel', "
+        found = re.search(result + r"'eval_accuracy': ([0-9.]+)\}$", text, re.M)
+        assert found and float(found.group(1)) >= 0.6, text  # one short epoch in the test
+        line = f"rank {rank}: fsdp='full_shard' on CPU -> model wrapped as DistributedDataParallel"
+        assert line in text, text
+    # the Trainer's live table (its progress bar above the loss and metrics table), once per
+    # launch: the first launch trains one epoch (in the test), the FSDP one half an epoch
+    live = _html_outputs(notebook, "<progress")
+    tables = [html for html in live if "Training Loss" in html]
+    assert len(tables) == 2, live
+    assert "Accuracy" in tables[0] and "<td>1</td>" in tables[0]
+    assert "attempted to send message from fork" not in text
 
 
 def test_07_config_panel() -> None:
