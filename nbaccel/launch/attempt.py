@@ -110,7 +110,7 @@ class LaunchPlan:
                 attempt=attempt,
                 stop_requested=stop,
                 on_started=self.on_started,
-                on_wait=lambda: self._on_wait(stop),
+                on_wait=lambda: self._on_wait(stop, watch),
             )
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
@@ -123,7 +123,9 @@ class LaunchPlan:
                 outcome = group.run()
             except LaunchStopped:
                 if watch is not None and watch.problem is not None:
-                    raise watch.problem from None
+                    problem, watch.problem = watch.problem, None
+                    watch.release()
+                    raise problem from None
                 raise
         finally:
             relay.close()
@@ -136,8 +138,11 @@ class LaunchPlan:
                 watch.announce_left()
                 if config.node_rank == meeting.store_node:  # type: ignore[union-attr]
                     watch.linger(min(config.node_timeout, 15.0))
+                watch.release()
 
-    def _on_wait(self, stop: threading.Event) -> None:
+    def _on_wait(self, stop: threading.Event, watch: NodeWatch | None) -> None:
+        if watch is not None:
+            watch.check()
         if self.on_wait is not None:
             self.on_wait()
         if self.stop_requested is not None and self.stop_requested.is_set():
@@ -241,6 +246,7 @@ def _watch(meeting: Meeting, attempt: int, stop: threading.Event) -> NodeWatch:
         meeting.route.address,
         meeting.store_node,
         on_problem=stop.set,
+        store_address=meeting.route.peer,
     )
 
 

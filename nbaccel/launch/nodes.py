@@ -15,9 +15,12 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import torch.distributed as dist
+
 from ..environment import gloo_socket_interface
 from .config import DEFAULT_MULTI_NODE_PORT, LaunchConfig
 from .netif import Route, route_to
+from .peers import watch_timeout
 from .rendezvous import C10dRendezvous, PortInUseError, StoreHost, join_nodes
 
 __all__ = ["Meeting", "gloo_interface", "meet_machines"]
@@ -30,7 +33,8 @@ class Meeting:
     Attributes:
         config: the launch settings with this machine's node rank and the master's address.
         port: the port of the workers' store on the master.
-        store: a store every machine reaches (the machines watch each other through it).
+        store: a store every machine reaches, with a short timeout (the machines watch each
+            other through it).
         store_node: the machine that hosts ``store`` (None where it is not known).
         route: how this machine reaches the master.
     """
@@ -105,7 +109,8 @@ def meet_machines(config: LaunchConfig, attempt: int) -> Iterator[Meeting]:
             )
             route = route_to(rdzv.master_addr)
             _say(joined, route)
-            yield Meeting(joined, rdzv.master_port, rdzv.store, None, route)
+            store = rdzv.endpoint_store or _client(endpoint[0], endpoint[1], config)
+            yield Meeting(joined, rdzv.master_port, store, None, route)
         finally:
             rdzv.close()
         return
@@ -119,6 +124,11 @@ def meet_machines(config: LaunchConfig, attempt: int) -> Iterator[Meeting]:
     finally:
         if host is not None:
             host.close()
+
+
+def _client(host: str, port: int, config: LaunchConfig) -> Any:
+    """A store client for the watch: its operations give up after a short while."""
+    return dist.TCPStore(host, port, is_master=False, timeout=watch_timeout(config.node_timeout))
 
 
 def _c10d(

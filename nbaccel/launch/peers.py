@@ -17,7 +17,17 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["MachineLostError", "NodeWatch", "RemoteRankError"]
+__all__ = ["MachineLostError", "NodeWatch", "RemoteRankError", "watch_interval", "watch_timeout"]
+
+
+def watch_interval(node_timeout: float) -> float:
+    """Seconds between two heartbeats."""
+    return max(0.2, min(1.0, node_timeout / 5))
+
+
+def watch_timeout(node_timeout: float) -> timedelta:
+    """How long one store operation of the watch may take."""
+    return timedelta(seconds=max(1.0, 2 * watch_interval(node_timeout)))
 
 
 class MachineLostError(RuntimeError):
@@ -60,7 +70,8 @@ class NodeWatch:
     """Heartbeats between the machines of one attempt, through the launch's store.
 
     Args:
-        store: a store every machine reaches (machine 0 hosts it).
+        store: a store every machine reaches, opened with :func:`watch_timeout` as its
+            timeout (a store op on a dead link must give up quickly).
         node_rank: this machine.
         num_nodes: machines in the launch.
         attempt: the restart count (keys of different attempts never mix).
@@ -68,6 +79,7 @@ class NodeWatch:
         address: this machine's address as the others reach it (named in their messages).
         store_node: the machine that hosts ``store`` (None: not known); when the store answers,
             that machine is alive.
+        store_address: machine 0's address where it is known (``master_addr``).
         on_problem: called once (from the watch's thread) when a machine is lost or reports a
             failed rank; the launcher stops its workers there.
     """
@@ -82,18 +94,18 @@ class NodeWatch:
         address: str,
         store_node: int | None,
         on_problem: Callable[[], None],
+        store_address: str | None = None,
     ) -> None:
         self.store, self.node_rank, self.num_nodes = store, node_rank, num_nodes
         self.timeout, self.address, self.on_problem = timeout, address, on_problem
-        self.store_node = store_node
+        self.store_node, self.store_address = store_node, store_address
         self._addresses: dict[int, str] = {}
+        self._seen = {other: time.monotonic() for other in self._others()}
         self.prefix = f"nbaccel/attempt{attempt}/watch"
-        self.interval = max(0.2, min(1.0, timeout / 5))
+        self.interval = watch_interval(timeout)
         self.problem: BaseException | None = None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="nbaccel-node-watch", daemon=True)
-        with contextlib.suppress(Exception):
-            store.set_timeout(timedelta(seconds=max(1.0, 2 * self.interval)))
 
     def start(self) -> NodeWatch:
         """Begin beating and watching."""
@@ -105,7 +117,12 @@ class NodeWatch:
     def close(self) -> None:
         """Stop beating (the workers of this machine have ended)."""
         self._done.set()
-        self._thread.join(timeout=5 * self.interval + 5)
+        # a beat stuck on a dead link ends when the link returns or its socket gives up
+        self._thread.join(timeout=self.interval if self.problem else 5 * self.interval + 5)
+
+    def release(self) -> None:
+        """Drop the store (one hosted here must not outlive the attempt)."""
+        self.store = None
 
     # -- what this machine tells the others ------------------------------------------------------
     def publish_failure(self, rank: int, summary: str) -> None:
@@ -148,19 +165,27 @@ class NodeWatch:
     def _others(self) -> list[int]:
         return [n for n in range(self.num_nodes) if n != self.node_rank]
 
+    def check(self) -> None:
+        """Report a machine not heard from for ``timeout`` seconds (called by the launcher
+        between its waits, so that a beat stuck on a dead link cannot delay the verdict)."""
+        if self.problem is None and not self._done.is_set():
+            lost = self._lost(self._seen)
+            if lost is not None:
+                self.problem = lost
+                self.on_problem()
+
     def _loop(self) -> None:
-        seen = {other: time.monotonic() for other in self._others()}
         beats: dict[int, bytes] = {}
         count = 0
         while not self._done.wait(self.interval):
             count += 1
             try:
-                self._beat(count, seen, beats)
+                self._beat(count, self._seen, beats)
             except Exception:
-                pass  # the main machine did not answer: its last news stays as it was
-            problem = self._published_failure() or self._lost(seen)
-            if problem is not None and not self._done.is_set():
-                self.problem = problem
+                pass  # the store did not answer: the last news stays as it was
+            failure = self._published_failure()
+            if failure is not None and self.problem is None and not self._done.is_set():
+                self.problem = failure
                 self.on_problem()
                 return
 
@@ -183,7 +208,7 @@ class NodeWatch:
 
     def where(self, node: int) -> str:
         """``"machine 1 (192.0.2.2)"``: a machine as the messages name it."""
-        address = self._addresses.get(node)
+        address = self._addresses.get(node) or (self.store_address if node == 0 else None)
         return f"machine {node} ({address})" if address else f"machine {node}"
 
     def _lost(self, seen: dict[int, float]) -> MachineLostError | None:

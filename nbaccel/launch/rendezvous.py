@@ -178,6 +178,7 @@ class C10dRendezvous:
             ) from None
         self.node_rank = int(info.rank)
         self.num_nodes = num_nodes
+        self.endpoint_store = self._endpoint_host.store if self._endpoint_host else None
         self.store = info.store
         bootstrap = info.bootstrap_store_info
         self.master_addr = str(bootstrap.master_addr) if bootstrap else endpoint[0]
@@ -198,6 +199,9 @@ class C10dRendezvous:
         for host in (getattr(handler, "nbaccel_worker_store", None), self._endpoint_host):
             if host is not None:
                 host.close()
+        if handler is not None:  # torch's handler keeps the stores (and so their ports) alive
+            handler._shared_tcp_store_server = None
+        self._handler = self.store = self.endpoint_store = None
 
 
 def _bound_handler(
