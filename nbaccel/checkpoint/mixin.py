@@ -225,6 +225,9 @@ class CheckpointingMixin:
                     _remove_tree(old)
         self.wait_for_everyone()
         if not publisher and self.state.is_local_main_process and staging.exists():
+            if sharded:  # this machine's shards are part of the checkpoint: they stay here
+                publish(staging, target, token)
+                return
             # a machine without a shared file system and without save_on_each_node: its
             # processes' files (random states) are not part of the checkpoint; leave no trace
             shutil.rmtree(staging, ignore_errors=True)

@@ -66,3 +66,15 @@ def until_cut(flags: str) -> dict[str, int]:
             _summed(1.0)
             time.sleep(0.05)
     return {"rank": state.process_index, "attempt": state.restart_count, "sum": int(total)}
+
+
+def save_sharded(disk: str) -> dict[str, Any]:
+    """Train a step of an FSDP model and save a sharded checkpoint on this machine's disk."""
+    import fsdp_checkpoint_checks as fsdp
+
+    acc, model, optimizer = fsdp.build(2, "SHARDED_STATE_DICT")
+    fsdp.train_step(acc, model, optimizer, fsdp.batches(1, acc.num_processes)[0])
+    full = {k: v.clone() for k, v in acc.get_state_dict(model).items()}
+    acc.save_state(os.path.join(disk, "sharded"))
+    torch.save(full, os.path.join(disk, f"expected{acc.process_index}.pt"))
+    return {"rank": acc.process_index}
