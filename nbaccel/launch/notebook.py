@@ -101,6 +101,9 @@ def notebook_launcher(
     if board is None:
         return _dispatch(function, call_args, call_kwargs, config, on_event, None)
     board.begin(config.num_processes, config.node_rank * config.num_processes)
+    if config.multi_node and hasattr(board, "set_machines"):  # the others report in their cells
+        fixed = config.rdzv_backend == "static"
+        board.set_machines(config.node_rank, config.num_nodes, config.num_processes, fixed)
     try:
         results = _dispatch(function, call_args, call_kwargs, config, board.chain(on_event), board)
     except BaseException as exc:

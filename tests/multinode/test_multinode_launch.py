@@ -13,11 +13,16 @@ from bed import ADDRESSES, SECOND, Bed, Machine, run_both
 pytestmark = [pytest.mark.multinode, pytest.mark.timeout(240)]
 
 TOUR = """
+from nbaccel.widgets import launch_dashboard
+board = launch_dashboard() if {node} == 0 else None
 results = notebook_launcher(
     nf.tour, (2.0,), num_processes=2, num_nodes=2, node_rank={node}{where},
-    rendezvous_timeout=60, node_timeout=30,
+    rendezvous_timeout=60, node_timeout=30, dashboard=board,
 )
 print("RESULT " + json.dumps(results))
+if board is not None:
+    print("BOARD " + type(board).__name__ + " " + board.state.headline())
+    print("ROWS " + json.dumps(sorted(board.state.ranks)))
 """
 
 FORMS = {
@@ -37,7 +42,8 @@ def _results(answer: dict[str, Any]) -> list[dict[str, Any]]:
 def test_quick_tour_cell_runs_on_two_machines(form: str, machines: list[Machine]) -> None:
     """Promise: the same cell on each machine (its own node_rank, master_addr as an address
     or a host name, with or without a port, static or c10d) makes one world of 4 ranks whose
-    all-reduce crosses the link; each machine's cell gets its own ranks' results and output."""
+    all-reduce crosses the link; each machine's cell gets its own ranks' results and output.
+    Machine 0's dashboard shows its own ranks and says where machine 1's ranks report."""
     answers = run_both(machines, [TOUR.format(node=n, where=FORMS[form]) for n in (0, 1)])
     firsts = []
     for answer in answers:
@@ -53,8 +59,14 @@ def test_quick_tour_cell_runs_on_two_machines(form: str, machines: list[Machine]
             str(first + 1),
         ], answer["stdout"]
     assert sorted(firsts) == [0, 2]  # c10d numbers the machines in order of arrival
+    (board,) = [x for x in answers[0]["stdout"].splitlines() if x.startswith("BOARD ")]
+    assert board.startswith("BOARD LaunchDashboard Finished: 2 ranks"), board
     if form != "c10d":
         assert firsts == [0, 2]
+        assert "machine 0 of 2; machine 1's ranks 2-3 report in their own cell" in board
+        assert "ROWS [0, 1]" in answers[0]["stdout"]  # the dashboard shows machine 0's ranks
+    else:
+        assert "other 1 machine(s) report in their own cells" in board
 
 
 HOLD = """
