@@ -52,14 +52,16 @@ class Bed:
         """Build the namespaces; a clear test failure (never a skip) where that is refused."""
         try:
             self._build()
+            return
         except Exception as exc:
             self.destroy()
-            pytest.fail(
-                "The multinode tier builds two network namespaces joined by veth pairs and "
-                f"could not: {exc}. It needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and "
-                "iproute2's `ip`; run it as root (CI does).",
-                pytrace=False,
-            )
+            reason = str(exc)
+        pytest.fail(
+            "The multinode tier builds two network namespaces joined by veth pairs and "
+            f"could not: {reason}. It needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and "
+            "iproute2's `ip`; run it as root (CI does).",
+            pytrace=False,
+        )
 
     def _build(self) -> None:
         for ns in self.ns:
