@@ -34,6 +34,7 @@ tier unit 300 tests/unit
 tier multiprocess 600 tests/multiprocess
 tier notebook 600 tests/notebook
 tier faults 300 tests/faults
+tier multinode 300 tests/multinode
 tier browser 240 tests/browser
 if compgen -G "tests/gpu/test_*.py" > /dev/null; then
   tier gpu 300 tests/gpu

@@ -227,6 +227,9 @@ class CheckpointingMixin:
                     _remove_tree(old)
         self.wait_for_everyone()
         if not publisher and self.state.is_local_main_process and staging.exists():
+            if sharded:  # this machine's shards are part of the checkpoint: they stay here
+                publish(staging, target, token)
+                return
             # a machine without a shared file system and without save_on_each_node: like
             # Accelerate, it keeps its processes' random states and the data loader positions
             # in its own directory (the weights stay on the main process's machine)

@@ -32,6 +32,9 @@ from ..config import (
     save_config_file,
 )
 from ..environment import fsdp_launch_variables, gloo_socket_interface, user_thread_count
+from ..launch.config import DEFAULT_MULTI_NODE_PORT
+from ..launch.netif import route_to
+from ..launch.nodes import gloo_interface
 from ..launch.variables import temporary_environment
 from .config import add_field_flags, field_values
 
@@ -176,6 +179,8 @@ def _child_environment(resolved: ResolvedLaunch, config_path: Path) -> dict[str,
         )
     if cfg.num_machines == 1 and cfg.main_process_ip is None and resolved.cpu:
         env["GLOO_SOCKET_IFNAME"] = gloo_socket_interface() or "lo"
+    elif cfg.num_machines > 1:  # the interface that reaches the main machine (or the user's)
+        env["GLOO_SOCKET_IFNAME"] = gloo_interface(route_to(cfg.main_process_ip or _LOOPBACK))
     return env
 
 
@@ -256,7 +261,7 @@ def _run_elastic(resolved: ResolvedLaunch, command: list[str], tmp: Path) -> int
     if not cfg.debug:
         logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
     rdzv_configs: dict[str, Any] = {"timeout": 900}
-    host = None
+    host, local_addr = None, None
     if cfg.num_machines == 1 and cfg.main_process_ip is None:
         from ..launch.rendezvous import StoreHost
 
@@ -266,7 +271,9 @@ def _run_elastic(resolved: ResolvedLaunch, command: list[str], tmp: Path) -> int
         _register_loopback()
     else:
         backend = cfg.rdzv_backend
-        endpoint = f"{cfg.main_process_ip or _LOOPBACK}:{cfg.main_process_port}"
+        port = cfg.main_process_port or DEFAULT_MULTI_NODE_PORT
+        endpoint = f"{cfg.main_process_ip or _LOOPBACK}:{port}"
+        local_addr = route_to(cfg.main_process_ip or _LOOPBACK).address
         if backend == "static":
             rdzv_configs["rank"] = cfg.machine_rank
     launch_config = LaunchConfig(
@@ -282,6 +289,7 @@ def _run_elastic(resolved: ResolvedLaunch, command: list[str], tmp: Path) -> int
         start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=str(tmp / "logs")),
         shutdown_timeout=5,
+        local_addr=local_addr,
     )
     try:
         elastic_launch(launch_config, entrypoint=sys.executable)("-u", *command)

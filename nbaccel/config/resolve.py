@@ -131,11 +131,11 @@ def resolve_launch(explicit: Mapping[str, Any], loaded: LoadedConfig | None) -> 
 
 
 def _check_machines(config: ConfigFile, per: int, cpu: bool, gpus: int) -> None:
-    if config.num_machines > 1 and (config.main_process_ip is None or not config.main_process_port):
+    if config.num_machines > 1 and config.main_process_ip is None:  # the port defaults to 29500
         raise ConfigError(
             f"num_machines={config.num_machines}: every machine must know where machine 0 is; "
-            "pass --main_process_ip and --main_process_port (or set main_process_ip and "
-            "main_process_port in the config file)."
+            "pass --main_process_ip (and --main_process_port unless 29500 suits), or set "
+            "main_process_ip in the config file."
         )
     if not cpu and per > gpus:
         raise ConfigError(

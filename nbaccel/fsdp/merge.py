@@ -16,6 +16,7 @@ from ..checkpoint.files import save_object, save_tensors
 from ..checkpoint.layout import MANIFEST_NAME, read_manifest, verify_manifest
 from ..validation import check_bool, check_path
 from .safe_dcp import is_dcp_dir, load_all
+from .shards import require_every_shard
 
 __all__ = ["merge_checkpoint", "merge_fsdp_weights", "merged_file_name"]
 
@@ -88,6 +89,7 @@ def _verify_sizes(checkpoint_dir: Path) -> None:
 
 
 def _merge(checkpoint_dir: Path, output_path: Path, safe: bool, remove: bool) -> Path:
+    require_every_shard(checkpoint_dir)
     _verify_sizes(checkpoint_dir)
     state = load_all(checkpoint_dir)
     if len(state) == 1:  # save_state nests the entries under "model" or "optimizer"

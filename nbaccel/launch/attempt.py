@@ -19,11 +19,20 @@ from ..environment import (
     user_thread_count,
 )
 from .config import LaunchConfig
-from .errors import LaunchTimeoutError, build_error, format_fates, root_cause
+from .errors import (
+    LaunchStopped,
+    LaunchTimeoutError,
+    RankFate,
+    build_error,
+    format_fates,
+    root_cause,
+)
+from .nodes import Meeting, gloo_interface, meet_machines
 from .output import OutputRelay, format_prefix
+from .peers import NodeWatch
 from .processes import GroupOutcome, WorkerGroup
 from .render import cell_renderer
-from .rendezvous import LOOPBACK, C10dRendezvous, StoreHost, join_nodes
+from .rendezvous import LOOPBACK, StoreHost
 from .spec import WorkerSpec
 
 __all__ = ["LaunchPlan", "banner"]
@@ -77,35 +86,16 @@ class LaunchPlan:
     def run(self, attempt: int) -> list[Any]:
         """Meet the other machines (if any), run the group, return the local results."""
         config = self.config
+        if config.multi_node:
+            with meet_machines(config, attempt) as meeting:
+                return self._run_group(meeting.config, attempt, meeting.port, meeting)
         wait_for = timedelta(seconds=config.rendezvous_timeout)
-        if config.multi_node and config.rdzv_backend == "c10d":
-            endpoint = config.rdzv_endpoint or (config.master_addr, int(config.use_port or 0))
-            rdzv = C10dRendezvous(
-                endpoint, config.rdzv_id, config.num_nodes, config.rdzv_conf, wait_for
-            )
-            try:
-                joined = dataclasses.replace(
-                    config, node_rank=rdzv.node_rank, master_addr=rdzv.master_addr
-                )
-                return self._run_group(joined, attempt, rdzv.master_port)
-            finally:
-                rdzv.close()
-        host: StoreHost | None = None
-        if config.node_rank == 0:
-            bind = LOOPBACK if not config.multi_node else "0.0.0.0"
-            host = StoreHost(bind, config.use_port or 0, config.world_size, wait_for)
-        port = host.port if host is not None else int(config.use_port or 0)
-        try:
-            if config.multi_node:
-                join_nodes(
-                    config.master_addr, port, config.node_rank, config.num_nodes, wait_for, attempt
-                )
-            return self._run_group(config, attempt, port)
-        finally:
-            if host is not None:
-                host.close()
+        with StoreHost(LOOPBACK, config.use_port or 0, config.world_size, wait_for) as host:
+            return self._run_group(config, attempt, host.port, None)
 
-    def _run_group(self, config: LaunchConfig, attempt: int, port: int) -> list[Any]:
+    def _run_group(
+        self, config: LaunchConfig, attempt: int, port: int, meeting: Meeting | None
+    ) -> list[Any]:
         if attempt == 0:
             print(banner(config, self.method), flush=True)
         first_rank = config.node_rank * config.num_processes
@@ -116,11 +106,14 @@ class LaunchPlan:
             )
             for lr, r in ranks.items()
         }
+        stop = threading.Event()
+        watch = _watch(meeting, attempt, stop) if meeting is not None else None
         relay = OutputRelay(prefixes, line_sink=self.line_sink)
         renderer = cell_renderer(config.display_ranks, ranks, prefixes, relay.drain)
         on_event = renderer.chain(self.on_event) if renderer is not None else self.on_event
         try:
-            specs = [self._spec(config, attempt, port, r, lr, relay) for lr, r in ranks.items()]
+            env = {lr: self._env(config, r, lr, port, attempt, meeting) for lr, r in ranks.items()}
+            specs = [self._spec(config, r, lr, env[lr], relay) for lr, r in ranks.items()]
             for spec in specs:
                 spec.display = renderer is not None
             group = WorkerGroup(
@@ -129,23 +122,55 @@ class LaunchPlan:
                 config.monitor_interval,
                 config.timeout,
                 attempt=attempt,
-                stop_requested=self.stop_requested,
+                stop_requested=stop,
                 on_started=self.on_started,
-                on_wait=self.on_wait,
+                on_wait=lambda: self._on_wait(stop, watch),
             )
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
             group.start()  # fork before the relay's reader thread exists
             relay.close_child_ends()
             relay.start()
-            outcome = group.run()
+            if watch is not None:
+                watch.start()
+            try:
+                outcome = group.run()
+            except LaunchStopped:
+                if watch is not None and watch.problem is not None:
+                    problem, watch.problem = watch.problem, None
+                    watch.release()
+                    raise problem from None
+                raise
         finally:
             relay.close()
             if renderer is not None:
                 renderer.close()
-        return self._results(outcome, specs, first_rank)
+            if watch is not None:
+                watch.close()
+        try:
+            return self._results(outcome, specs, first_rank, watch)
+        finally:
+            if watch is not None:
+                watch.announce_left()
+                if config.node_rank == meeting.store_node:  # type: ignore[union-attr]
+                    watch.linger(min(config.node_timeout, 15.0))
+                watch.release()
 
-    def _results(self, outcome: GroupOutcome, specs: list[WorkerSpec], first: int) -> list[Any]:
+    def _on_wait(self, stop: threading.Event, watch: NodeWatch | None) -> None:
+        if watch is not None:
+            watch.check()
+        if self.on_wait is not None:
+            self.on_wait()
+        if self.stop_requested is not None and self.stop_requested.is_set():
+            stop.set()
+
+    def _results(
+        self,
+        outcome: GroupOutcome,
+        specs: list[WorkerSpec],
+        first: int,
+        watch: NodeWatch | None = None,
+    ) -> list[Any]:
         if outcome.timed_out:
             late = [f.rank for f in outcome.fates if f.state == "timed out"]
             raise LaunchTimeoutError(
@@ -160,6 +185,8 @@ class LaunchPlan:
             )
         cause = root_cause(outcome.fates)
         if cause is not None:
+            if watch is not None:
+                _blame_machine(watch, cause)
             raise build_error(cause, outcome.fates)
         missing = [s.rank for s in specs if s.rank not in outcome.results]
         if missing:
@@ -170,10 +197,9 @@ class LaunchPlan:
     def _spec(
         self,
         config: LaunchConfig,
-        attempt: int,
-        port: int,
         rank: int,
         local_rank: int,
+        env: dict[str, str],
         relay: OutputRelay,
     ) -> WorkerSpec:
         out_fd, err_fd = relay.child_fds(local_rank)
@@ -183,7 +209,7 @@ class LaunchPlan:
             kwargs=self.kwargs,
             rank=rank,
             local_rank=local_rank,
-            env=self._env(config, rank, local_rank, port, attempt),
+            env=env,
             stdout_fd=out_fd,
             stderr_fd=err_fd,
             result_fd=-1,
@@ -195,7 +221,13 @@ class LaunchPlan:
         )
 
     def _env(
-        self, config: LaunchConfig, rank: int, local_rank: int, port: int, attempt: int
+        self,
+        config: LaunchConfig,
+        rank: int,
+        local_rank: int,
+        port: int,
+        attempt: int,
+        meeting: Meeting | None,
     ) -> dict[str, str]:
         env = launch_variables(
             rank=rank,
@@ -217,6 +249,34 @@ class LaunchPlan:
             fsdp = FsdpConfig(config.fsdp_config).for_processes(config.cpu)
             env.update(fsdp_launch_variables(fsdp))
         env["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # the launcher hosts the store
-        if not config.multi_node:
+        if meeting is None:
             env["GLOO_SOCKET_IFNAME"] = "lo"
+        else:  # the interface that reaches the master, or the user's own choice
+            env["GLOO_SOCKET_IFNAME"] = gloo_interface(meeting.route)
         return env
+
+
+def _watch(meeting: Meeting, attempt: int, stop: threading.Event) -> NodeWatch:
+    config = meeting.config
+    return NodeWatch(
+        meeting.store,
+        config.node_rank,
+        config.num_nodes,
+        attempt,
+        config.node_timeout,
+        meeting.route.address,
+        meeting.store_node,
+        on_problem=stop.set,
+        store_address=meeting.route.peer,
+    )
+
+
+def _blame_machine(watch: NodeWatch, cause: RankFate) -> None:
+    """Raise another machine's failure when this machine's ranks only saw its symptoms;
+    otherwise tell the other machines which rank here failed."""
+    symptom = cause.error is None or cause.error.looks_like_peer_loss
+    remote = watch.remote_failure(within=5.0 if symptom else 0.0)
+    if symptom and remote is not None:
+        raise remote from None
+    summary = f"{cause.error.type_name}: {cause.error.message}" if cause.error else cause.describe()
+    watch.publish_failure(cause.rank, summary.splitlines()[0] if summary else summary)

@@ -9,7 +9,10 @@ from typing import Any
 
 from ..environment import cuda_device_count, debug_mode_requested, xla_available
 
-__all__ = ["LaunchConfig"]
+__all__ = ["DEFAULT_MULTI_NODE_PORT", "LaunchConfig"]
+
+# The port machines agree on when a multi-node launch names none (torchrun's and Accelerate's).
+DEFAULT_MULTI_NODE_PORT = 29500
 
 _PRECISIONS = ("no", "fp16", "bf16", "fp8")
 _START_METHODS = ("auto", "fork", "spawn")
@@ -105,6 +108,7 @@ class LaunchConfig:
     start_method: str = "auto"
     timeout: float | None = None
     rendezvous_timeout: float = 300.0
+    node_timeout: float = 60.0
     accelerator: str = "cpu"
     debug: bool = False
     fsdp_config: dict[str, Any] | None = None
@@ -193,6 +197,7 @@ class LaunchConfig:
         out["rendezvous_timeout"] = _number(
             "rendezvous_timeout", raw.get("rendezvous_timeout", 300.0)
         )
+        out["node_timeout"] = _number("node_timeout", raw.get("node_timeout", 60.0))
         out["start_method"] = _choice(
             "start_method", raw.get("start_method") or "auto", _START_METHODS
         )
@@ -206,10 +211,7 @@ class LaunchConfig:
             validate_prefix_template(template)
         out["log_line_prefix_template"] = template
         if out["num_nodes"] > 1 and out["use_port"] is None and out["rdzv_endpoint"] is None:
-            raise ValueError(
-                f"num_nodes={out['num_nodes']}: the machines must agree on a port, so pass "
-                "use_port= (with master_addr=) or rdzv_endpoint='host:port' on every machine."
-            )
+            out["use_port"] = DEFAULT_MULTI_NODE_PORT  # every machine agrees on it unasked
         if out["rdzv_backend"] == "static" and out["rdzv_endpoint"] and out["use_port"] is None:
             out["master_addr"], out["use_port"] = out["rdzv_endpoint"]
         return out

@@ -14,6 +14,7 @@ from .config import LaunchConfig
 from .errors import LaunchStopped, WorkerError
 from .events import RankStateEvent, emit
 from .guard import check_fork_safe, cuda_initialized, install_cuda_init_tracer
+from .peers import MachineLostError, RemoteRankError
 from .variables import temporary_environment
 
 __all__ = ["debug_launcher", "notebook_launcher"]
@@ -41,6 +42,7 @@ def notebook_launcher(
     start_method: str | None = None,
     timeout: float | None = None,
     rendezvous_timeout: float = 300.0,
+    node_timeout: float = 60.0,
     cpu: bool | None = None,
     debug: bool | None = None,
     kwargs: dict[str, Any] | None = None,
@@ -90,6 +92,7 @@ def notebook_launcher(
         start_method=start_method,
         timeout=timeout,
         rendezvous_timeout=rendezvous_timeout,
+        node_timeout=node_timeout,
         cpu=cpu,
         debug=debug,
         display_ranks=display_ranks,
@@ -100,6 +103,9 @@ def notebook_launcher(
     if board is None:
         return _dispatch(function, call_args, call_kwargs, config, on_event, None)
     board.begin(config.num_processes, config.node_rank * config.num_processes)
+    if config.multi_node and hasattr(board, "set_machines"):  # the others report in their cells
+        fixed = config.rdzv_backend == "static"
+        board.set_machines(config.node_rank, config.num_nodes, config.num_processes, fixed)
     try:
         results = _dispatch(function, call_args, call_kwargs, config, board.chain(on_event), board)
     except BaseException as exc:
@@ -197,6 +203,8 @@ def _with_restarts(
 
 
 def _is_rank_failure(exc: BaseException) -> bool:
+    if isinstance(exc, (MachineLostError, RemoteRankError)):  # another machine's rank or link
+        return True
     return isinstance(exc.__cause__, WorkerError) or isinstance(exc, WorkerError)
 
 

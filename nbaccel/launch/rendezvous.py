@@ -101,8 +101,9 @@ def join_nodes(
     num_nodes: int,
     timeout: timedelta,
     attempt: int = 0,
-) -> None:
-    """Check this node in with the store on node 0 and wait until every node has.
+) -> Any:
+    """Check this node in with the store on node 0 and wait until every node has; the
+    connected store client is returned (the launcher watches the other machines through it).
 
     Raises:
         TimeoutError: naming the nodes that did not arrive within ``timeout``.
@@ -127,18 +128,26 @@ def join_nodes(
             f"{timeout.total_seconds():.0f}s. Run the same cell on every machine with its own "
             "node_rank, or raise rendezvous_timeout."
         ) from None
+    return client
 
 
 class C10dRendezvous:
     """torch's own dynamic rendezvous (``rdzv_backend="c10d"``): machines meet at
     ``endpoint``, and each is given its node rank in order of arrival.
 
+    The machine whose address is ``endpoint``'s host serves the rendezvous store, bound to that
+    address only; the machine given node rank 0 serves the workers' store, bound to
+    ``local_addr`` (the address that reaches the others), never to every interface.
+
     Args:
         endpoint: ``(host, port)`` where the rendezvous store is (or will be) hosted.
         run_id: the same string on every machine of one job.
         num_nodes: machines that must arrive.
-        conf: extra rendezvous settings (e.g. ``join_timeout``, ``last_call_timeout``).
+        conf: extra rendezvous settings (``join_timeout``, ``last_call_timeout``,
+            ``close_timeout``, ``keep_alive_interval``, ``keep_alive_max_attempt``).
         timeout: seconds to wait for every machine.
+        local_addr: this machine's address as the others reach it.
+        hosting: True on the machine that serves ``endpoint``.
     """
 
     def __init__(
@@ -148,24 +157,20 @@ class C10dRendezvous:
         num_nodes: int,
         conf: dict[str, object],
         timeout: timedelta,
+        local_addr: str | None = None,
+        hosting: bool = False,
     ) -> None:
-        from torch.distributed.elastic.rendezvous import RendezvousParameters
-        from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
-
-        settings: dict[str, Any] = {"join_timeout": int(timeout.total_seconds()), **conf}
-        params = RendezvousParameters(
-            backend="c10d",
-            endpoint=f"{endpoint[0]}:{endpoint[1]}",
-            run_id=run_id,
-            min_nodes=num_nodes,
-            max_nodes=num_nodes,
-            **settings,
-        )
-        self._handler = get_rendezvous_handler(params)
+        self._endpoint_host: StoreHost | None = None
+        if hosting:
+            bind = local_addr or endpoint[0]
+            self._endpoint_host = StoreHost(bind, endpoint[1], num_nodes, timeout)
         try:
+            self._handler = _bound_handler(
+                endpoint, run_id, num_nodes, conf, timeout, local_addr, self._endpoint_host
+            )
             info = self._handler.next_rendezvous()
         except Exception as exc:
-            self.close()
+            self.close(linger=0)
             raise TimeoutError(
                 f"the c10d rendezvous at {endpoint[0]}:{endpoint[1]} (run id {run_id!r}) did not "
                 f"gather {num_nodes} machines within {timeout.total_seconds():.0f}s: {exc}. Run "
@@ -173,16 +178,80 @@ class C10dRendezvous:
             ) from None
         self.node_rank = int(info.rank)
         self.num_nodes = num_nodes
-        self._store = info.store
+        self.endpoint_store = self._endpoint_host.store if self._endpoint_host else None
+        self.store = info.store
         bootstrap = info.bootstrap_store_info
         self.master_addr = str(bootstrap.master_addr) if bootstrap else endpoint[0]
         self.master_port = int(bootstrap.master_port) if bootstrap else endpoint[1]
 
     def close(self, linger: float = 15.0) -> None:
-        """Leave the rendezvous, keeping its store up until every machine has left."""
-        with contextlib.suppress(Exception):
-            self._handler.shutdown()
-        with contextlib.suppress(Exception):
-            self._store.set(f"nbaccel/left/{self.node_rank}", "1")
-            keys = [f"nbaccel/left/{i}" for i in range(self.num_nodes)]
-            self._store.wait(keys, timedelta(seconds=linger))
+        """Leave the rendezvous, keeping its stores up until every machine has left."""
+        handler = getattr(self, "_handler", None)
+        if handler is not None:
+            with contextlib.suppress(Exception):
+                handler.shutdown()
+        store = getattr(self, "store", None)
+        if store is not None and linger > 0:
+            with contextlib.suppress(Exception):
+                store.set(f"nbaccel/left/{self.node_rank}", "1")
+                keys = [f"nbaccel/left/{i}" for i in range(self.num_nodes)]
+                store.wait(keys, timedelta(seconds=linger))
+        for host in (getattr(handler, "nbaccel_worker_store", None), self._endpoint_host):
+            if host is not None:
+                host.close()
+        if handler is not None:  # torch's handler keeps the stores (and so their ports) alive
+            handler._shared_tcp_store_server = None
+        self._handler = self.store = self.endpoint_store = None
+
+
+def _bound_handler(
+    endpoint: tuple[str, int],
+    run_id: str,
+    num_nodes: int,
+    conf: dict[str, object],
+    timeout: timedelta,
+    local_addr: str | None,
+    endpoint_host: StoreHost | None,
+) -> Any:
+    """torch's DynamicRendezvousHandler over a store nbaccel opened (bound to one address)."""
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
+        C10dRendezvousBackend,
+    )
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
+        DynamicRendezvousHandler,
+        RendezvousTimeout,
+    )
+
+    class BoundHandler(DynamicRendezvousHandler):
+        """Serves the workers' store on this machine's own address only."""
+
+        nbaccel_worker_store: StoreHost | None = None
+
+        def _create_tcp_store_server(self, master_addr: str, master_port: int) -> Any:
+            self.nbaccel_worker_store = StoreHost(master_addr, master_port, 1, timeout)
+            return self.nbaccel_worker_store.store
+
+    if endpoint_host is not None:
+        store: Any = endpoint_host.store
+    else:
+        store = dist.TCPStore(endpoint[0], endpoint[1], is_master=False, timeout=timeout)
+
+    def seconds(key: str, default: float) -> timedelta:
+        return timedelta(seconds=float(conf.get(key, default)))  # type: ignore[arg-type]
+
+    limits = RendezvousTimeout(
+        join=seconds("join_timeout", timeout.total_seconds()),
+        last_call=seconds("last_call_timeout", 1),
+        close=seconds("close_timeout", 30),
+    )
+    return BoundHandler.from_backend(
+        run_id,
+        store,
+        C10dRendezvousBackend(store, run_id),
+        num_nodes,
+        num_nodes,
+        local_addr,
+        limits,
+        keep_alive_interval=int(conf.get("keep_alive_interval", 5)),  # type: ignore[call-overload]
+        keep_alive_max_attempt=int(conf.get("keep_alive_max_attempt", 3)),  # type: ignore[call-overload]
+    )

@@ -89,6 +89,11 @@ class LaunchDashboard(widgets.VBox):
         # A launch that blocks the kernel's cell: let the kernel see the Stop click meanwhile.
         self._pump = open_message_pump()
 
+    def set_machines(self, node_rank: int, num_nodes: int, per_machine: int, fixed: bool) -> None:
+        """A multi-node launch: the title says where the other machines' ranks report."""
+        self.state.set_machines(node_rank, num_nodes, per_machine, fixed)
+        self._redraw()
+
     def on_wait(self) -> None:
         """Called by the launcher between its waits: handle the front end's widget messages
         (the Stop click) when the launch blocks the kernel (see :mod:`.kernelpump`)."""

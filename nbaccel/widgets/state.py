@@ -85,6 +85,7 @@ class DashboardState:
         self.ended: float | None = None
         self.outcome = "idle"  # idle, running, finished, failed, stopped
         self.error = ""
+        self.machines = ""  # multi-node: which machine this is, where the others report
         self.main_bar: tuple[int, int | None, str] | None = None
         self._bar_from_tqdm = False
 
@@ -96,6 +97,7 @@ class DashboardState:
             self.ranks = {first_rank + i: RankView(first_rank + i) for i in range(num_processes)}
             self.started, self.ended, self.outcome, self.error = self.clock(), None, "running", ""
             self.main_bar, self._bar_from_tqdm = None, False
+            self.machines = ""
             self.stop_requested.clear()
 
     def handle(self, event: Any) -> None:
@@ -206,11 +208,29 @@ class DashboardState:
         return (self.ended if self.ended is not None else self.clock()) - self.started
 
     def headline(self) -> str:
-        """One line: outcome, ranks and elapsed time."""
+        """One line: outcome, ranks and elapsed time (and, on several machines, which)."""
         count = len(self.ranks)
         words = {"running": "Running", "finished": "Finished", "failed": "Failed"}
         word = words.get(self.outcome, self.outcome.capitalize())
-        return f"{word}: {count} rank{'s' if count != 1 else ''}, {self.elapsed:.1f} s elapsed"
+        line = f"{word}: {count} rank{'s' if count != 1 else ''}, {self.elapsed:.1f} s elapsed"
+        return f"{line}; {self.machines}" if self.machines else line
+
+    def set_machines(self, node_rank: int, num_nodes: int, per_machine: int, fixed: bool) -> None:
+        """A multi-node launch: say which machine's ranks are shown and where the others are
+        (``fixed``: node ranks are known before the rendezvous, as with ``static``)."""
+        others = [n for n in range(num_nodes) if n != node_rank]
+        if not fixed:
+            self.machines = (
+                f"this machine's ranks are shown here; the ranks of the other {num_nodes - 1} "
+                "machine(s) report in their own cells"
+            )
+            return
+        where = ", ".join(
+            f"machine {n}'s ranks {n * per_machine}-{(n + 1) * per_machine - 1}" for n in others
+        )
+        self.machines = (
+            f"machine {node_rank} of {num_nodes}; {where} report in their own cell on that machine"
+        )
 
     def summary(self) -> str:
         """Several lines: the headline, one per rank, and the error if there was one."""

@@ -114,7 +114,7 @@ CASES: list[Case] = [
     Case("nl-node_rank-value", nl(node_rank=1), V, "node_rank"),
     Case("nl-num_nodes-type", nl(num_nodes=2.0), T, "num_nodes"),
     Case("nl-num_nodes-value", nl(num_nodes=0), V, "num_nodes"),
-    Case("nl-num_nodes-no-port", nl(num_nodes=2), V, "use_port"),
+    Case("nl-node_timeout-value", nl(num_nodes=2, node_timeout=0), V, "node_timeout"),
     Case("nl-rdzv_backend-type", nl(rdzv_backend=1), VT, "rdzv_backend"),
     Case("nl-rdzv_backend-value", nl(rdzv_backend="etcd"), V, "rdzv_backend"),
     Case("nl-rdzv_endpoint-type", nl(rdzv_endpoint=29500), VT, "rdzv_endpoint"),
