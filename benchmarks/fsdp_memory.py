@@ -5,8 +5,7 @@ The model is 8 x Linear(512, 512) with Adam; FSDP is nbaccel's FSDP2 with every 
 Each rank counts the bytes of its local parameter, gradient and optimizer-state tensors right
 after an optimizer step (before gradients are cleared: the moment all three exist), and times
 each step; the figure for a launch is the largest rank's. The targets: FULL_SHARD at most 0.55x
-DDP's bytes at 2 processes and 0.30x at 4. ``python -m benchmarks fsdp_memory`` (or
-``python -m benchmarks.fsdp_memory``).
+DDP's bytes at 2 processes and 0.30x at 4. ``python -m benchmarks fsdp_memory``.
 """
 
 from __future__ import annotations
@@ -260,14 +259,3 @@ def run(options: argparse.Namespace) -> None:
         harness.write_json(NAME, payload)
         harness.save_figure(_plot(payload), NAME)
         harness.update_docs_section(NAME, text)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m benchmarks.fsdp_memory [options]``: this benchmark alone."""
-    from .__main__ import main as run_benchmarks
-
-    return run_benchmarks([NAME, *(argv if argv is not None else __import__("sys").argv[1:])])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

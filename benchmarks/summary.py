@@ -90,12 +90,20 @@ def _fsdp_memory(data: dict[str, Any]) -> Iterator[Row]:
         yield (f"FSDP / DDP time per step, {world} processes", f"{r['time_ratio']:.2f}x", "-", None)
 
 
+_CHECKPOINT_KINDS = {
+    "save_flushed": "save (Accelerate's files fsynced too)",
+    "save_buffered": "save (vs a buffered write)",
+}
+
+
 def _checkpoint(data: dict[str, Any]) -> Iterator[Row]:
     for key, value in data["ratios"]["vs_accelerate"].items():
-        yield (f"checkpoint {key} speed, nbaccel / Accelerate", f"{value:.2f}x", "-", None)
+        kind = _CHECKPOINT_KINDS.get(key, key)
+        yield (f"checkpoint {kind} speed, nbaccel / Accelerate", f"{value:.2f}x", "-", None)
     for key, value in data["ratios"]["vs_disk"].items():
+        kind = "save (vs a write with fsync)" if key == "save" else _CHECKPOINT_KINDS.get(key, key)
         yield (
-            f"checkpoint {key} speed, nbaccel / the disk",
+            f"checkpoint {kind} speed, nbaccel / the disk",
             f"{value:.2f}",
             ">= 0.5",
             value >= 0.5,

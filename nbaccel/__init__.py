@@ -13,6 +13,7 @@ from .kwargs_handlers import (
     InitProcessGroupKwargs,
     KwargsHandler,
 )
+from .launch.dashboards import register_dashboard_factory
 from .launch.errors import WorkerError
 from .launch.notebook import debug_launcher, notebook_launcher
 from .logging import get_logger
@@ -33,6 +34,16 @@ from .utils_more import (  # more of Accelerate's top-level names (docs/compatib
 )
 
 __version__ = "0.1.0"
+
+
+def _widgets_dashboard() -> object:
+    """``notebook_launcher(dashboard=True)``'s dashboard: the widgets layer plugs in from above."""
+    from .widgets import launch_dashboard
+
+    return launch_dashboard()
+
+
+register_dashboard_factory(_widgets_dashboard)
 
 __all__ = [
     "Accelerator",

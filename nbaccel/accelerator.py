@@ -14,7 +14,7 @@ from torch import nn
 
 from .accelerator_extras import AcceleratorExtrasMixin
 from .accumulation import AccumulationCounter
-from .checkpoint import CheckpointingMixin
+from .checkpoint.mixin import CheckpointingMixin
 from .config.resolve import configured_accumulation_steps, configured_dynamo_plugin
 from .data import DataLoaderConfiguration, skip_first_batches
 from .enums import DynamoBackend, RNGType

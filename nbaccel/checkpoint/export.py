@@ -19,7 +19,7 @@ from torch import nn
 
 from ..modeling import find_tied_parameters, retie_parameters
 from .files import dedupe_shared, load_object, load_tensors, save_object, save_tensors, storage_key
-from .layout import atomic_file
+from .layout import atomic_file, make_dirs
 
 __all__ = ["load_checkpoint_in_model", "parse_size", "save_model_files"]
 
@@ -108,7 +108,7 @@ def save_model_files(
     limit = parse_size(max_shard_size)
     if directory.is_file():
         raise ValueError(f"save_model: {directory} is a file; give a directory.")
-    directory.mkdir(parents=True, exist_ok=True)
+    make_dirs(directory)
     if safe_serialization:
         state_dict, _ = dedupe_shared(state_dict)
     shards = _shards(state_dict, limit)

@@ -2,16 +2,20 @@
 
 A checkpoint is written into a hidden staging directory next to its final place
 (``.checkpoint_3.staging-<token>``) and renamed into place once every file is written and
-flushed, so a directory under its final name is always complete. ``checkpoint.json`` (the
-manifest) lists every file with its size; loading checks it first.
+flushed to the disk (each file and each directory ``fsync``ed before the rename, the parent
+directory after it), so a directory under its final name is always complete, also after a
+power cut. ``checkpoint.json`` (the manifest) lists every file with its size; loading checks
+it first.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import ctypes
 import ctypes.util
 import json
+import logging
 import os
 import re
 import shutil
@@ -24,13 +28,18 @@ __all__ = [
     "atomic_file",
     "checkpoint_dirs",
     "fsync_dir",
+    "fsync_fds",
     "fsync_file",
+    "fsync_tree",
+    "in_staging",
+    "make_dirs",
     "model_file",
     "numbered",
     "partial_name",
     "publish",
     "read_manifest",
     "remove_stale_staging",
+    "settle",
     "staging_dir",
     "verify_manifest",
     "write_manifest",
@@ -40,6 +49,8 @@ MANIFEST_NAME = "checkpoint.json"
 FORMAT = "nbaccel-checkpoint"
 _CHECKPOINT = re.compile(r"checkpoint_(\d+)")
 _RENAME_EXCHANGE = 2  # linux/fs.h
+_STAGING = re.compile(r"\..+\.staging-[0-9a-f]+")
+logger = logging.getLogger(__name__)
 
 
 def numbered(name: str, index: int, extension: str) -> str:
@@ -76,13 +87,25 @@ def staging_dir(target: Path, token: str) -> Path:
     return target.parent / f".{target.name}.staging-{token}"
 
 
+def in_staging(path: Path) -> bool:
+    """Whether ``path`` lies inside a staging directory (flushed as a whole when published)."""
+    return any(_STAGING.fullmatch(parent.name) for parent in path.parents)
+
+
 def remove_stale_staging(target: Path, keep: Path | None = None) -> None:
-    """Delete what earlier, interrupted saves to ``target`` left behind (except ``keep``)."""
+    """Delete what earlier, interrupted saves to ``target`` left behind (except ``keep``),
+    with a warning naming each directory removed."""
     if not target.parent.is_dir():
         return
     prefixes = (f".{target.name}.staging-", f".{target.name}.old-")
-    for entry in target.parent.iterdir():
+    for entry in sorted(target.parent.iterdir()):
         if entry.name.startswith(prefixes) and entry != keep:
+            logger.warning(
+                "Removing %s: an earlier save to %s was interrupted and left it behind "
+                "(the checkpoint it was writing was never published).",
+                entry,
+                target,
+            )
             shutil.rmtree(entry, ignore_errors=True)
 
 
@@ -93,6 +116,17 @@ def fsync_file(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_fds(fds: list[int]) -> None:
+    """``fsync`` open files, several at once (each waits on the disk, not on the CPU)."""
+    if len(fds) <= 1:
+        for fd in fds:
+            os.fsync(fd)
+        return
+    with concurrent.futures.ThreadPoolExecutor(min(4, len(fds)), "nbaccel-fsync") as pool:
+        for future in [pool.submit(os.fsync, fd) for fd in fds]:
+            future.result()
 
 
 def fsync_dir(path: Path) -> None:
@@ -107,6 +141,25 @@ def fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def fsync_tree(directory: Path) -> None:
+    """Flush every file under ``directory`` (whoever wrote it: hooks, DCP, other ranks), then
+    every directory, deepest first, ``directory`` itself last. Files already flushed by their
+    writer cost one system call each."""
+    files: list[Path] = []
+    directories: list[Path] = []
+    for root, _, names in os.walk(directory):
+        directories.append(Path(root))
+        files += [Path(root, name) for name in names]
+    fds = [os.open(path, os.O_RDONLY) for path in files]
+    try:
+        fsync_fds(fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    for path in reversed(directories):
+        fsync_dir(path)
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -125,11 +178,14 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def publish(staging: Path, target: Path, token: str) -> None:
-    """Rename ``staging`` to ``target``; an existing ``target`` is replaced atomically.
+    """Flush ``staging`` to the disk and rename it to ``target``; an existing ``target`` is
+    replaced atomically. The parent directory is flushed after the rename.
 
     Where the OS cannot swap two directories, the old ``target`` is first renamed aside, so
     an interruption leaves it as ``.{name}.old-{token}`` next to the new one.
     """
+    if staging.exists():
+        fsync_tree(staging)
     if not target.exists():
         try:
             os.rename(staging, target)
@@ -141,11 +197,13 @@ def publish(staging: Path, target: Path, token: str) -> None:
     if not staging.exists():  # shared file system: already published by another node
         return
     if _exchange(staging, target):
+        fsync_dir(target.parent)
         shutil.rmtree(staging)  # it now holds the old checkpoint
     else:
         old = target.parent / f".{target.name}.old-{token}"
         os.rename(target, old)
         os.rename(staging, target)
+        fsync_dir(target.parent)
         shutil.rmtree(old, ignore_errors=True)
     fsync_dir(target.parent)
 
@@ -161,6 +219,8 @@ def write_manifest(directory: Path, info: dict[str, Any]) -> None:
     path = directory / MANIFEST_NAME
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(manifest, handle, indent=1, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def read_manifest(directory: Path) -> dict[str, Any] | None:
@@ -205,13 +265,31 @@ def partial_name(path: Path) -> Path:
     return path.parent / f".{path.name}.partial-{os.getpid()}"
 
 
+def settle(path: Path) -> None:
+    """After a file was renamed to ``path``: flush its directory's entry, unless ``path`` is
+    inside a staging directory (flushed as a whole before it is published)."""
+    if not in_staging(path):
+        fsync_dir(path.parent)
+
+
+def make_dirs(directory: Path) -> None:
+    """``mkdir -p directory``, each directory it creates flushed into its parent."""
+    missing = [d for d in (directory, *directory.parents) if not d.exists()]
+    directory.mkdir(parents=True, exist_ok=True)
+    for created in reversed(missing):
+        fsync_dir(created.parent)
+
+
 @contextlib.contextmanager
 def atomic_file(path: Path) -> Iterator[Path]:
-    """Yield a temporary name next to ``path``; renamed to ``path`` when the block succeeds."""
+    """Yield a temporary name next to ``path``; when the block succeeds, its file is flushed
+    to the disk, renamed to ``path`` and the directory entry flushed (see :func:`settle`)."""
     temporary = partial_name(path)
     try:
         yield temporary
+        fsync_file(temporary)
         os.replace(temporary, path)
+        settle(path)
     finally:
         if temporary.exists():
             temporary.unlink()

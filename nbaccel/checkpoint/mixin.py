@@ -27,8 +27,10 @@ from ..strategies import FSDPStrategy, Strategy
 from ..validation import check_bool, check_instance, check_path
 from .export import save_model_files
 from .files import dedupe_shared, save_object, save_tensors
+from .interrupts import terminated_cleanly
 from .layout import (
     checkpoint_dirs,
+    make_dirs,
     publish,
     remove_stale_staging,
     staging_dir,
@@ -166,17 +168,18 @@ class CheckpointingMixin:
         token = broadcast_object_list([secrets.token_hex(6)])[0]
         staging = staging_dir(target, token)
         publisher = self._writes()
-        if publisher:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            remove_stale_staging(target, keep=staging)
-            staging.mkdir(exist_ok=True)
-        self.wait_for_everyone()
-        try:
-            self._write_and_publish(staging, target, token, publisher, safe_serialization)
-        except BaseException:
-            if publisher:  # leave no half checkpoint behind (the previous one is untouched)
-                shutil.rmtree(staging, ignore_errors=True)
-            raise
+        with terminated_cleanly():  # SIGTERM (the launcher stopping workers) raises here too
+            try:
+                if publisher:
+                    make_dirs(target.parent)
+                    remove_stale_staging(target, keep=staging)
+                    staging.mkdir(exist_ok=True)
+                self.wait_for_everyone()
+                self._write_and_publish(staging, target, token, publisher, safe_serialization)
+            except BaseException:
+                if publisher:  # leave no half checkpoint behind (the previous one is untouched)
+                    shutil.rmtree(staging, ignore_errors=True)
+                raise
         config.iteration += 1
         return str(target)
 

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import save_file
 
 from . import transfer
-from .layout import partial_name
+from .layout import fsync_fds, fsync_file, partial_name, settle
 
 __all__ = [
     "DTYPES",
@@ -94,8 +94,9 @@ def _abandon(pending: transfer.Pending) -> None:
 @contextlib.contextmanager
 def tensor_files_written(files: list[TensorFile]) -> Iterator[None]:
     """Write safetensors files ``(path, contiguous tensors, metadata)`` in the background
-    while the block runs. Each file appears under its name, complete, when the block ends;
-    after an error no unfinished file is left behind. Write errors name the file."""
+    while the block runs. Each file appears under its name, complete and flushed to the
+    disk, when the block ends; after an error no unfinished file is left behind. Write errors
+    name the file."""
     opened: list[tuple[Path, Path, int]] = []  # final path, temporary, descriptor or -1
     per_file: list[list[transfer.Piece]] = []
     pending = transfer.start([], write=True)
@@ -131,11 +132,16 @@ def tensor_files_written(files: list[TensorFile]) -> Iterator[None]:
             _abandon(pending)
             raise
         pending.wait()
+        fsync_fds([fd for _, _, fd in opened if fd >= 0])  # on the disk before the rename
+        for _, temporary, fd in opened:
+            if fd < 0:
+                fsync_file(temporary)
         while opened:
             path, temporary, fd = opened.pop(0)
             if fd >= 0:
                 os.close(fd)
             os.replace(temporary, path)
+            settle(path)
     finally:
         _abandon(pending)
         for _, temporary, fd in opened:

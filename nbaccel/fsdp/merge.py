@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from ..checkpoint.files import save_object, save_tensors
-from ..checkpoint.layout import MANIFEST_NAME, read_manifest, verify_manifest
+from ..checkpoint.layout import MANIFEST_NAME, make_dirs, read_manifest, verify_manifest
 from ..validation import check_bool, check_path
 from .safe_dcp import is_dcp_dir, load_all
 from .shards import require_every_shard
@@ -95,7 +95,7 @@ def _merge(checkpoint_dir: Path, output_path: Path, safe: bool, remove: bool) ->
     if len(state) == 1:  # save_state nests the entries under "model" or "optimizer"
         state = next(iter(state.values()))
     name = merged_file_name(state, safe)
-    output_path.mkdir(parents=True, exist_ok=True)
+    make_dirs(output_path)
     target = output_path / name
     if name in _MODEL_NAMES:
         tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}

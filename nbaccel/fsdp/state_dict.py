@@ -125,7 +125,7 @@ def full_optimizer_state_dict(
 def _dcp_save(state: dict[str, Any], directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     try:
-        dcp.save(state, storage_writer=FileSystemWriter(directory, sync_files=False))
+        dcp.save(state, storage_writer=FileSystemWriter(directory, sync_files=True))
     except dcp.CheckpointException as error:  # a BaseException: made an ordinary error
         failures = list((getattr(error, "failures", None) or {}).values())
         cause = next((f for f in failures if isinstance(f, OSError)), None)

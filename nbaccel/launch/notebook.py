@@ -11,6 +11,7 @@ import torch.distributed as dist
 from ..state.registry import STATE, reset_registry
 from .attempt import LaunchPlan
 from .config import LaunchConfig
+from .dashboards import new_dashboard
 from .errors import LaunchStopped, WorkerError
 from .events import RankStateEvent, emit
 from .guard import check_fork_safe, cuda_initialized, install_cuda_init_tracer
@@ -130,8 +131,8 @@ def debug_launcher(
 def _open_dashboard(dashboard: bool | Any | None) -> Any:
     """None (no dashboard), or the dashboard to feed: one given, or a new one for ``True``.
 
-    The dashboard lives in ``nbaccel.widgets`` (imported only when asked for): a widget in a
-    notebook with ipywidgets, plain text otherwise. It offers ``begin``, ``chain``, ``end``,
+    The dashboard lives in ``nbaccel.widgets``, plugged in through :mod:`.dashboards`: a widget
+    in a notebook with ipywidgets, plain text otherwise. It offers ``begin``, ``chain``, ``end``,
     ``line_sink``, ``stop_requested``, ``set_pids`` and ``on_wait`` (called between the
     supervisor's waits: the widget lets a busy kernel handle its Stop click there; see
     ``docs/widgets.md``).
@@ -139,9 +140,7 @@ def _open_dashboard(dashboard: bool | Any | None) -> Any:
     if dashboard is None or dashboard is False:
         return None
     if dashboard is True:
-        from ..widgets import launch_dashboard
-
-        return launch_dashboard()
+        return new_dashboard()  # registered from above (nbaccel/__init__.py)
     if not all(hasattr(dashboard, name) for name in ("begin", "chain", "end", "line_sink")):
         raise TypeError(
             f"dashboard must be True, False, None or a dashboard from nbaccel.widgets, "

@@ -130,6 +130,7 @@ def test_sigint_to_the_notebook_process_stops_everything(
     ports = [int(line.split()[-1]) for line in (seen + out).splitlines() if " PORT " in line]
     assert all(_port_free(port) for port in ports), ports
     if phase == "saving":
+        assert staging == [], staging  # the save stopped by SIGTERM removed its own
         root = project / "checkpoints"
         assert fh.incomplete_checkpoints(root) == []
         assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == [

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -35,17 +37,54 @@ def ci_commands() -> list[str]:
     return [re.sub(r"^python -m pip ", "pip ", command) for command in commands]
 
 
+def _site_dirs() -> list[str]:
+    """Where this interpreter finds installed packages, in its own order, whatever made it
+    (the system's Python, a virtual environment, conda)."""
+    known = {*site.getsitepackages()}
+    if site.ENABLE_USER_SITE:
+        known.add(site.getusersitepackages())
+    return [entry for entry in sys.path if entry in known and os.path.isdir(entry)]
+
+
+DEPENDENCIES = ("torch", "numpy", "sklearn", "safetensors", "cloudpickle")
+
+
+def _locations(python: str | Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    """Where ``python`` imports each of :data:`DEPENDENCIES` from."""
+    code = (
+        "import importlib, json, sys; "
+        "print(json.dumps({n: importlib.import_module(n).__file__ for n in sys.argv[1:]}))"
+    )
+    out = subprocess.run(
+        [str(python), "-c", code, *DEPENDENCIES], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return dict(json.loads(out.stdout))
+
+
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A fresh virtual environment that sees this interpreter's packages, and its environment.
 
-    pip runs offline (``PIP_NO_INDEX``) and without build isolation, so the README's install
-    commands resolve from what is installed here; the venv's own old setuptools is removed so
-    that the installed one (which torch's metadata asks for) is seen.
+    It sees them through a ``.pth`` file that adds this interpreter's site directories (so it
+    is the same whether the tests run with the system's Python, inside a virtual environment
+    or in a conda environment: ``venv --system-site-packages`` would see the base
+    interpreter's packages instead, not the virtual environment's). pip runs offline
+    (``PIP_NO_INDEX``) and without build isolation, so the README's install commands resolve
+    from what is installed here; the venv's own old setuptools is removed so that the
+    installed one (which torch's metadata asks for) is seen.
     """
     path = tmp_path_factory.mktemp("readme") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(path)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
     python = path / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    lines = [f"import site; site.addsitedir({entry!r})\n" for entry in _site_dirs()]
+    Path(purelib, "_outer_environment.pth").write_text("".join(lines), encoding="utf-8")
     subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "setuptools"], check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NBACCEL_", "PYTEST_"))}
     env.update(
@@ -56,6 +95,15 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         PIP_DISABLE_PIP_VERSION_CHECK="1",
     )
     return env
+
+
+def test_the_fresh_venv_uses_the_packages_of_the_interpreter_running_the_tests(
+    venv: dict[str, str],
+) -> None:
+    """The same check with the system's Python and inside a virtual environment: the fresh
+    environment imports each dependency from the very files this interpreter does."""
+    nested = Path(venv["VIRTUAL_ENV"], "bin", "python")
+    assert _locations(nested, venv) == _locations(sys.executable), (sys.prefix, sys.base_prefix)
 
 
 def _bash(command: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,212 @@
+"""The GPU tier's checks, each run in a fresh interpreter (``python gpu_checks.py NAME``) so
+that each has its own CUDA context and the test process never initialises CUDA. Each prints
+one JSON line with what it measured; tests/gpu/test_gpu.py asserts on it."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
+from durability_target import single_process_job
+
+CHECKS: dict[str, Callable[[], dict[str, Any]]] = {}
+
+
+def check(function: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+    CHECKS[function.__name__] = function
+    return function
+
+
+def _data(seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(seed)
+    weight = torch.randn(32, 4, generator=generator)
+    batches = []
+    for _ in range(40):
+        x = torch.randn(64, 32, generator=generator)
+        batches.append((x, x @ weight))
+    return batches
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 128), nn.GELU(),
+                         nn.Linear(128, 4))  # fmt: skip
+
+
+def _fit(acc: Any, model: nn.Module, optimizer: Any) -> list[float]:
+    """One pass over :func:`_data`; the loss of every step."""
+    losses = []
+    for x, y in _data():
+        loss = nn.functional.mse_loss(model(x.to(acc.device)).float(), y.to(acc.device))
+        acc.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+@check
+def partial_state() -> dict[str, Any]:
+    import torch.distributed as dist
+
+    from nbaccel import PartialState
+    from nbaccel.environment import LaunchEnvironment, choose_device
+
+    state = PartialState()
+    launched = choose_device(LaunchEnvironment(rank=0, world_size=2, local_world_size=2))
+    dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+    total = torch.ones(4, device="cuda:0")
+    dist.all_reduce(total)
+    dist.destroy_process_group()
+    return {
+        "device": str(state.device),
+        "backend": state.backend,
+        "launched_device": str(launched.device),
+        "launched_backend": launched.backend,
+        "nccl_all_reduce": total.tolist(),
+    }
+
+
+def _train(precision: str) -> dict[str, Any]:
+    from nbaccel import Accelerator
+    from nbaccel.testing import reset_state
+
+    reset_state()
+    acc = Accelerator(mixed_precision=precision)
+    model = acc.prepare(_model())
+    optimizer = acc.prepare(torch.optim.AdamW(model.parameters(), lr=1e-2))
+    losses = _fit(acc, model, optimizer)
+    result: dict[str, Any] = {
+        "device": str(acc.device),
+        "losses": losses,
+        "weights": [p.detach().float().cpu().flatten()[:64].tolist() for p in model.parameters()],
+        "scaler": type(acc.scaler).__name__ if acc.scaler is not None else None,
+    }
+    if precision == "fp16":
+        before = [p.detach().clone() for p in model.parameters()]
+        scale = acc.scaler.get_scale()
+        x, y = _data()[0]
+        loss = nn.functional.mse_loss(model(x.to(acc.device)).float(), y.to(acc.device))
+        acc.backward(loss * float("inf"))  # every gradient overflows
+        optimizer.step()
+        optimizer.zero_grad()
+        result["skipped"] = acc.optimizer_step_was_skipped
+        after = list(model.parameters())
+        result["unchanged"] = all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+        result["scale_before"], result["scale_after"] = scale, acc.scaler.get_scale()
+    return result
+
+
+@check
+def mixed_precision() -> dict[str, Any]:
+    return {name: _train(name) for name in ("no", "bf16", "fp16")}
+
+
+def _fsdp(offload: bool) -> dict[str, Any]:
+    from nbaccel import Accelerator
+    from nbaccel.fsdp import FullyShardedDataParallelPlugin
+    from nbaccel.testing import reset_state
+
+    reset_state()
+    plugin = FullyShardedDataParallelPlugin(
+        fsdp_version=2,
+        mixed_precision_policy={"param_dtype": "bf16", "reduce_dtype": "fp32"},
+        cpu_offload=offload,
+    )
+    acc = Accelerator(fsdp_plugin=plugin)
+    model = _model()
+    seen: list[torch.dtype] = []
+    model[1].register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    model = acc.prepare(model)
+    optimizer = acc.prepare(torch.optim.AdamW(model.parameters(), lr=1e-2))
+    losses = _fit(acc, model, optimizer)
+    parameter = next(model.parameters())
+    return {
+        "device": str(acc.device),
+        "losses": losses,
+        "compute_dtype": str(seen[-1]),
+        "parameter_type": type(parameter).__name__,
+        "parameter_device": str(parameter.device),
+        "parameter_dtype": str(parameter.dtype),
+    }
+
+
+@check
+def fsdp2() -> dict[str, Any]:
+    single_process_job()
+    return {"gpu": _fsdp(offload=False), "offload": _fsdp(offload=True)}
+
+
+@check
+def checkpoint() -> dict[str, Any]:
+    from nbaccel import Accelerator
+
+    acc = Accelerator()
+    model = acc.prepare(_model())
+    optimizer = acc.prepare(torch.optim.AdamW(model.parameters(), lr=1e-2))
+    for x, y in _data()[:3]:
+        acc.backward(nn.functional.mse_loss(model(x.to(acc.device)), y.to(acc.device)))
+        optimizer.step()
+        optimizer.zero_grad()
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    moments = [s["exp_avg"].clone() for s in optimizer.state_dict()["state"].values()]
+    with tempfile.TemporaryDirectory() as directory:
+        acc.save_state(Path(directory) / "ck")
+        with torch.no_grad():
+            for p in model.parameters():
+                p.zero_()
+        x, y = _data()[5]
+        acc.backward(nn.functional.mse_loss(model(x.to(acc.device)), y.to(acc.device)))
+        optimizer.step()
+        acc.load_state(Path(directory) / "ck")
+    state = list(optimizer.state_dict()["state"].values())
+    return {
+        "weights_equal": all(torch.equal(v, saved[k]) for k, v in model.state_dict().items()),
+        "weights_devices": sorted({str(v.device) for v in model.state_dict().values()}),
+        "moments_equal": all(
+            torch.equal(s["exp_avg"], m) for s, m in zip(state, moments, strict=True)
+        ),
+        "moments_devices": sorted({str(s["exp_avg"].device) for s in state}),
+    }
+
+
+@check
+def banner() -> dict[str, Any]:
+    from nbaccel.launch.attempt import banner as launch_banner
+    from nbaccel.launch.config import LaunchConfig
+
+    text = launch_banner(LaunchConfig.build(num_processes=1), "spawn")
+    return {"banner": text, "name": torch.cuda.get_device_name(0)}
+
+
+@check
+def free_memory() -> dict[str, Any]:
+    from nbaccel import Accelerator
+
+    acc = Accelerator()
+    model = acc.prepare(nn.Sequential(*[nn.Linear(4096, 4096) for _ in range(4)]))
+    optimizer = acc.prepare(torch.optim.AdamW(model.parameters()))
+    acc.backward(model(torch.randn(8, 4096, device=acc.device)).sum())
+    optimizer.step()
+    used = torch.cuda.memory_allocated()
+    reserved = torch.cuda.memory_reserved()
+    model, optimizer = acc.free_memory(model, optimizer)
+    return {
+        "before": used,
+        "reserved_before": reserved,
+        "after": torch.cuda.memory_allocated(),
+        "reserved_after": torch.cuda.memory_reserved(),
+        "returned": [model, optimizer],
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(CHECKS[sys.argv[1]]()))
