@@ -8,7 +8,8 @@
 # Usage: tests/colab/make_env.sh [ENV_DIR]   (default: .venv-colab in the repository root).
 # An environment that is already complete (its stamp matches this script) is kept as it is.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+SCRIPT=$(realpath "$0")
+cd "$(dirname "${SCRIPT}")/../.."
 ENV_DIR=$(realpath -m "${1:-.venv-colab}")
 # The Colab runtime's Jupyter packages (Python 3.11 here as there), and the torch of this repo.
 PINS=(
@@ -18,7 +19,7 @@ PINS=(
 TORCH="torch==2.13.0"
 STAMP="${ENV_DIR}/.nbaccel-colab-stamp"
 # nbaccel is installed editable: only new pins or new dependencies call for a rebuild.
-WANT=$(cat "$0" pyproject.toml | sha256sum)
+WANT=$(cat "${SCRIPT}" pyproject.toml | sha256sum)
 
 if [ -f "${STAMP}" ] && [ "$(cat "${STAMP}")" = "${WANT}" ]; then
   echo "== colab env: ${ENV_DIR} is up to date"
