@@ -30,9 +30,28 @@ tier() {  # tier NAME BUDGET_SECONDS PATH...
   return "${rc}"
 }
 
+# What the "colab" tier runs: the launcher, the guard, the dashboard's Stop, fork safety, and
+# the notebooks of the launcher and of the widgets (ipywidgets 7 there).
+COLAB_TESTS=(
+  tests/notebook/test_fork_warnings_kernel.py
+  tests/notebook/test_dashboard_stop_kernel.py
+  tests/notebook/test_guard_kernel.py
+  tests/notebook/test_launcher_kernel_guard.py
+  tests/notebook/test_launcher_kernel.py
+  "tests/notebook/test_notebooks.py::test_01_quickstart"
+  "tests/notebook/test_notebooks.py::test_07_config_panel"
+)
+
 tier unit 300 tests/unit
 tier multiprocess 600 tests/multiprocess
 tier notebook 600 tests/notebook
+# The notebook tests again, against the kernel of a Colab-like virtual environment (Colab's
+# Jupyter pins: docs/colab_kaggle.md), built once by tests/colab/make_env.sh and then reused.
+bash tests/colab/make_env.sh .venv-colab
+(
+  export JUPYTER_PATH="${PWD}/.venv-colab/share/jupyter" NBACCEL_TEST_KERNEL=nbaccel-colab
+  tier colab 360 "${COLAB_TESTS[@]}"
+)
 tier faults 300 tests/faults
 tier multinode 300 tests/multinode
 tier browser 240 tests/browser

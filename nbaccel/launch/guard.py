@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import linecache
 import os
 import re
 import sys
@@ -31,6 +32,8 @@ __all__ = [
 _WRAPPER_MARK = "__nbaccel_cuda_init_tracer__"
 # IPython without ipykernel names cells "<ipython-input-7-0123abcd>".
 _IPYTHON_INPUT = re.compile(r"^<ipython-input-(\d+)-[0-9a-f]+>$")
+# IPython 7.34 names a cell's top-level code "<cell line: 0>" where Python says "<module>".
+_IPYTHON7_CELL_CODE = re.compile(r"^<cell line: \d+>$")
 
 
 @dataclass(frozen=True)
@@ -104,20 +107,40 @@ def _is_internal(filename: str) -> bool:
 def _cell_number(filename: str) -> int | None:
     """The execution count of the notebook cell compiled under ``filename``, if it is one.
 
-    ipykernel compiles each cell under a pseudo-file such as ``/tmp/ipykernel_<pid>/<hash>.py``
-    and IPython's ``CachingCompiler`` maps that name to the execution count in
-    ``_filename_map``; plain IPython names cells ``<ipython-input-<count>-<hash>>``.
+    ipykernel compiles each cell under a pseudo-file such as ``/tmp/ipykernel_<pid>/<hash>.py``.
+    IPython 8's ``CachingCompiler`` maps that name to the execution count in ``_filename_map``;
+    IPython 7 (Colab, Kaggle) keeps no such map, so the cell is found by its code (see
+    :func:`_cell_from_history`). Plain IPython names cells ``<ipython-input-<count>-<hash>>``.
     """
+    match = _IPYTHON_INPUT.match(filename)
+    if match:
+        return int(match.group(1))
     ipython = sys.modules.get("IPython")
     get_ipython = getattr(ipython, "get_ipython", None)
     shell = get_ipython() if get_ipython is not None else None
+    if shell is None:
+        return None
     filename_map = getattr(getattr(shell, "compile", None), "_filename_map", None)
     if isinstance(filename_map, dict):
         number = filename_map.get(filename)
-        if isinstance(number, int):
+        return number if isinstance(number, int) else None
+    return _cell_from_history(shell, filename)
+
+
+def _cell_from_history(shell: Any, filename: str) -> int | None:
+    """IPython 7: the latest cell whose code is what ``linecache`` holds for ``filename``.
+
+    IPython caches every cell's (transformed) code in ``linecache`` under its pseudo-file and
+    keeps the same code, by execution count, in ``history_manager.input_hist_parsed``.
+    """
+    history = getattr(getattr(shell, "history_manager", None), "input_hist_parsed", None)
+    if filename not in linecache.cache or not isinstance(history, list):
+        return None
+    code = "".join(linecache.getlines(filename)).rstrip("\n")
+    for number in range(len(history) - 1, 0, -1):
+        if isinstance(history[number], str) and history[number].rstrip("\n") == code:
             return number
-    match = _IPYTHON_INPUT.match(filename)
-    return int(match.group(1)) if match else None
+    return None
 
 
 def _walk(frame: FrameType | None) -> Iterator[FrameType]:
@@ -141,6 +164,8 @@ def _record_site(frame: FrameType | None) -> InitSite | None:
     for frame_summary, cell in zip(reversed(shown), cells, strict=False):
         if cell is not None:  # name cells as IPython's own tracebacks do
             frame_summary.filename = f"Cell In[{cell}]"
+            if _IPYTHON7_CELL_CODE.match(frame_summary.name):
+                frame_summary.name = "<module>"
     summary = shown[-1]
     return InitSite(
         filename=innermost.f_code.co_filename,

@@ -9,6 +9,7 @@ process is reaped and every descriptor closed, also on ``KeyboardInterrupt``.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import select
 import signal
@@ -16,7 +17,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -25,6 +27,7 @@ import cloudpickle
 
 from .errors import LaunchStopped, RankFate, RemoteException
 from .events import RankStateEvent
+from .output import redirect_child_output
 from .spec import WorkerSpec
 
 __all__ = ["GroupOutcome", "WorkerGroup", "WorkerHandle"]
@@ -91,17 +94,46 @@ def _pidfd(pid: int) -> int:
         return -1
 
 
+@contextlib.contextmanager
+def _quiet_fork() -> Iterator[None]:
+    """Around ``os.fork()``: no garbage collection and no ``ResourceWarning`` until the child's
+    output leads into the relay; restored in both processes on leaving.
+
+    A kernel's objects that die in the child during the fork (ipykernel 6 keeps one zmq socket
+    per thread, dropped with the threads the child does not have) warn as they go; printed
+    through the kernel's inherited stream, the warning would touch the parent's zmq context
+    from the child, which aborts the kernel (``mailbox.cpp`` assertion).
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
 def _start_fork(spec: WorkerSpec, read_fd: int, foreign: tuple[int, ...]) -> WorkerHandle:
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into the launcher's code
-        code = 1
+    from .worker import run_worker  # imported here: the child imports nothing before its redirect
+
+    with _quiet_fork():
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the launcher's code
+            code = 1
+            try:
+                gc.freeze()  # the kernel's objects are never collected (nor warn) here
+                redirect_child_output(spec.stdout_fd, spec.stderr_fd)
+                spec.stdout_fd, spec.stderr_fd = 1, 2  # already redirected: run_worker keeps them
+            except BaseException:
+                os._exit(code)
+    if pid == 0:
         try:
             os.setsid()  # its own session: the launcher alone decides when workers stop
             for fd in (read_fd, *foreign):  # other workers' pipes must not stay open here
                 with contextlib.suppress(OSError):
                     os.close(fd)
-            from .worker import run_worker
-
             code = run_worker(spec, forked=True)
         finally:
             os._exit(code)

@@ -10,7 +10,7 @@ from typing import Any
 import ipywidgets as widgets
 import traitlets
 
-from .kernelpump import MessagePump, open_message_pump
+from .kernelpump import MessagePump, blocks_a_kernel, open_message_pump
 from .state import DashboardState
 
 __all__ = ["LaunchDashboard"]
@@ -22,6 +22,12 @@ _COLOURS = {
     "failed": "#c62828",
     "stopped": "#ef6c00",
 }
+# Shown under the Stop button when this kernel cannot hear its click during a blocking launch.
+STOP_UNAVAILABLE = (
+    "Stop cannot act while this launch blocks the cell: this kernel reads no widget message "
+    "until the cell ends. Interrupt the kernel instead (the notebook's stop button); that "
+    "stops every rank the same way."
+)
 _COLUMNS = ("rank", "state", "pid", "progress", "steps/s", "RSS", "GPU memory", "metrics")
 
 
@@ -52,6 +58,8 @@ class LaunchDashboard(widgets.VBox):
             description="Stop", button_style="danger", icon="stop", disabled=True
         )
         self._stop.on_click(lambda _button: self.stop())
+        self._stop_note = widgets.HTML("")
+        self._stop_unavailable = False
         self._summary = widgets.HTML("")
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -63,6 +71,7 @@ class LaunchDashboard(widgets.VBox):
             self._table,
             self._outputs,
             self._stop,
+            self._stop_note,
             self._summary,
         ]
         super().__init__(children=children, **kwargs)
@@ -81,13 +90,17 @@ class LaunchDashboard(widgets.VBox):
         for i in range(num_processes):
             self._outputs.set_title(i, f"rank {first_rank + i}")
         self._summary.value = ""
+        # A launch that blocks the kernel's cell: let the kernel see the Stop click meanwhile,
+        # or, on a kernel where that cannot be done, say so instead of showing a dead button.
+        self._pump = open_message_pump()
+        self._stop_unavailable = self._pump is None and blocks_a_kernel()
+        note = f"<i>{html.escape(STOP_UNAVAILABLE)}</i>" if self._stop_unavailable else ""
+        self._stop_note.value = note
         self.status = "running"
         self._redraw()
         self._wake.clear()
         self._thread = threading.Thread(target=self._refresh, name="nbaccel-dashboard", daemon=True)
         self._thread.start()
-        # A launch that blocks the kernel's cell: let the kernel see the Stop click meanwhile.
-        self._pump = open_message_pump()
 
     def set_machines(self, node_rank: int, num_nodes: int, per_machine: int, fixed: bool) -> None:
         """A multi-node launch: the title says where the other machines' ranks report."""
@@ -137,7 +150,7 @@ class LaunchDashboard(widgets.VBox):
     @traitlets.observe("status")
     def _status_changed(self, change: dict[str, Any]) -> None:
         running = change["new"] == "running"
-        self._stop.disabled = not running
+        self._stop.disabled = not running or self._stop_unavailable
         self._stop.description = "Stopped" if change["new"] == "stopped" else "Stop"
 
     def _refresh(self) -> None:

@@ -4,20 +4,24 @@ While a cell runs, an IPython kernel reads no message from the front end: a clic
 waits until the cell ends. ``notebook_launcher(..., dashboard=True)`` blocks its cell until the
 workers end, so the dashboard opens a :class:`MessagePump` in :meth:`LaunchDashboard.begin` and
 the launcher's supervising loop calls :meth:`MessagePump.poll` between its waits
-(``on_wait``). Two ways, the first that fits the running kernel:
+(``on_wait``). The pump reads the kernel's shell messages itself, with nothing but the kernel
+(no extra package), in the two layouts ipykernel has had:
 
-- ``jupyter-ui-poll`` (``pip install jupyter-ui-poll``; in the ``notebook`` extra), the library
-  made for this, on the kernels it drives: those with ``Kernel.do_one_iteration`` (ipykernel 6,
-  as on Colab and Kaggle, and the 7.x releases that still have it).
-- ipykernels without ``do_one_iteration`` (7.4 here; ``jupyter-ui-poll`` then silently does
-  nothing), where every shell message reaches the main thread through one in-process socket
-  from the shell channel thread: read that socket, hand each ``comm_*`` message to the
-  kernel's comm handlers at once (as the kernel itself does for an ``await``-ing cell), and
-  keep every other message (a queued cell, say) as it came, to be given back to the kernel,
-  in order, when the launch ends.
+- ipykernel 7 (a shell channel thread; subshells): every shell message reaches the main thread
+  through one in-process socket, which the pump reads (:class:`_ShellSocketPump`);
+- ipykernel 6 (Colab, Kaggle): the main thread reads the shell socket itself, through a
+  ``ZMQStream`` on its event loop, which the pump reads while the loop is blocked
+  (:class:`_ShellStreamPump`).
 
-Elsewhere (a terminal, a launch on a background thread such as the panel's Launch, another
-kernel) there is no pump, and nothing changes.
+Either way each ``comm_*`` message is handed to the kernel's comm handlers at once (as the
+kernel itself does for an ``await``-ing cell), and every other message (a queued cell, say) is
+kept as it came, to be given back to the kernel, in order and ahead of anything that arrives
+later, when the launch ends: the kernel then runs it, or aborts it after an error, exactly as
+it would have without the pump, with its own busy and idle status messages.
+
+Elsewhere (a terminal, or a launch on a background thread such as the panel's Launch) there is
+no pump and none is needed; :func:`blocks_a_kernel` tells the dashboard when one was needed but
+none fits the running kernel, so that it can say that Stop cannot work there.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import logging
 import threading
 from typing import Any, Protocol
 
-__all__ = ["MessagePump", "open_message_pump"]
+__all__ = ["MessagePump", "blocks_a_kernel", "open_message_pump"]
 
 _LOG = logging.getLogger(__name__)
 _COMM_MESSAGES = frozenset({"comm_open", "comm_msg", "comm_close"})
@@ -42,20 +46,25 @@ class MessagePump(Protocol):
         """Stop; give back to the kernel whatever it must still handle itself."""
 
 
+def blocks_a_kernel() -> bool:
+    """True when called on the main thread of a running kernel: a launch here blocks its cell."""
+    return threading.current_thread() is threading.main_thread() and _running_kernel() is not None
+
+
 def open_message_pump() -> MessagePump | None:
     """A pump for the running kernel, or None (not in a kernel's main thread, or no way)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None  # the kernel's main thread is free: it handles the messages itself
+    if not blocks_a_kernel():
+        return None  # no kernel, or its main thread is free: it handles the messages itself
     kernel = _running_kernel()
-    if kernel is None:
-        return None
-    try:
-        if hasattr(kernel, "do_one_iteration"):
-            return _UiPollPump.open()
-        return _ShellSocketPump.open(kernel)
-    except Exception:  # an unknown kernel layout: no pump rather than a failed launch
-        _LOG.debug("nbaccel: no widget message pump for this kernel", exc_info=True)
-        return None
+    for layout in (_ShellSocketPump, _ShellStreamPump):
+        try:
+            pump = layout.open(kernel)
+        except Exception:  # an unknown kernel layout: no pump rather than a failed launch
+            _LOG.debug("nbaccel: no widget message pump for this kernel", exc_info=True)
+            pump = None
+        if pump is not None:
+            return pump
+    return None
 
 
 def _running_kernel() -> Any:
@@ -67,52 +76,14 @@ def _running_kernel() -> Any:
     return getattr(shell, "kernel", None) if shell is not None else None
 
 
-class _UiPollPump:
-    """``jupyter_ui_poll.ui_events()``: runs the kernel's ``do_one_iteration``."""
-
-    def __init__(self, events: Any, poll: Any) -> None:
-        self._events = events
-        self._poll = poll
-
-    @classmethod
-    def open(cls) -> _UiPollPump | None:
-        try:
-            from jupyter_ui_poll import ui_events
-        except ImportError:
-            return None
-        events = ui_events()
-        return cls(events, events.__enter__())
-
-    def poll(self) -> None:
-        self._poll(10)
-
-    def close(self) -> None:
-        self._events.__exit__(None, None, None)
-
-
-class _ShellSocketPump:
-    """Reads the main shell's in-process socket of an ipykernel with a shell channel thread.
-
-    Comm messages are handled at once by the kernel's own handlers; every other message is
-    kept as it came (not deserialised: the session refuses a signature it has seen) and, on
-    :meth:`close`, handed to ``Kernel.shell_main`` as the socket's stream would have, in order.
-    """
+class _Reader:
+    """Reads one shell socket: comm messages to the kernel's handlers, the rest kept in order."""
 
     def __init__(self, kernel: Any, socket: Any, reply_stream: Any) -> None:
         self._kernel = kernel
         self._socket = socket
         self._reply_stream = reply_stream
         self._held: list[Any] = []
-
-    @classmethod
-    def open(cls, kernel: Any) -> _ShellSocketPump | None:
-        channel = getattr(kernel, "shell_channel_thread", None)
-        manager = getattr(channel, "manager", None)
-        if manager is None or not callable(getattr(kernel, "shell_main", None)):
-            return None
-        pair = manager.get_shell_channel_to_subshell_pair(None)
-        reply = manager.get_subshell_to_shell_channel_socket(None)
-        return cls(kernel, pair.to_socket, reply)
 
     def poll(self) -> None:
         import zmq
@@ -152,9 +123,54 @@ class _ShellSocketPump:
             _LOG.exception("nbaccel: an invalid widget message was dropped")
             return None
 
-    def close(self) -> None:
+    def take_held(self) -> list[Any]:
+        """The messages kept for the kernel, oldest first (the reader holds none afterwards)."""
         held, self._held = self._held, []
-        if not held:
-            return
-        for frames in held:  # started in order; execute requests then queue on their lock
+        return held
+
+
+class _ShellSocketPump(_Reader):
+    """ipykernel 7: reads the main shell's in-process socket from the shell channel thread.
+
+    Messages are kept as they came (not deserialised: the session refuses a signature it has
+    seen) and, on :meth:`close`, handed to ``Kernel.shell_main`` as the socket's stream would
+    have, in order.
+    """
+
+    @classmethod
+    def open(cls, kernel: Any) -> _ShellSocketPump | None:
+        channel = getattr(kernel, "shell_channel_thread", None)
+        manager = getattr(channel, "manager", None)
+        if manager is None or not callable(getattr(kernel, "shell_main", None)):
+            return None
+        pair = manager.get_shell_channel_to_subshell_pair(None)
+        reply = manager.get_subshell_to_shell_channel_socket(None)
+        return cls(kernel, pair.to_socket, reply)
+
+    def close(self) -> None:
+        for frames in self.take_held():  # started in order; execute requests queue on a lock
             self._kernel.io_loop.add_callback(self._kernel.shell_main, None, frames)
+
+
+class _ShellStreamPump(_Reader):
+    """ipykernel 6: reads the shell ``ZMQStream``'s socket while the main event loop is blocked.
+
+    On :meth:`close` the kept messages go to the kernel's message queue, as the stream's own
+    receive callback puts them there (``schedule_dispatch(dispatch_shell, frames)``): ahead of
+    every message the stream reads later, so the kernel handles them in the order they came.
+    """
+
+    @classmethod
+    def open(cls, kernel: Any) -> _ShellStreamPump | None:
+        if getattr(kernel, "shell_channel_thread", None) is not None:
+            return None  # ipykernel 7: the main thread must not read the shell socket
+        stream = getattr(kernel, "shell_stream", None)
+        socket = getattr(stream, "socket", None)
+        needed = ("schedule_dispatch", "dispatch_shell")
+        if socket is None or not all(callable(getattr(kernel, n, None)) for n in needed):
+            return None
+        return cls(kernel, socket, stream)
+
+    def close(self) -> None:
+        for frames in self.take_held():
+            self._kernel.schedule_dispatch(self._kernel.dispatch_shell, frames)

@@ -26,9 +26,11 @@ from jupyter_client.manager import KernelManager
 
 __all__ = [
     "BANNER",
+    "KERNEL_NAME",
     "Cell",
     "Display",
     "Kernel",
+    "KernelDied",
     "Output",
     "ProcessSnapshot",
     "kernel_env",
@@ -38,6 +40,10 @@ __all__ = [
     "wait_gone",
 ]
 
+# The kernel spec every test of the tier starts: "python3" (this interpreter) unless
+# NBACCEL_TEST_KERNEL names another, e.g. "nbaccel-colab", the Colab-like environment's kernel
+# that tests/colab/make_env.sh installs (tests/run.sh's "colab" tier).
+KERNEL_NAME = os.environ.get("NBACCEL_TEST_KERNEL", "python3")
 # The line notebook_launcher prints before it starts the workers.
 BANNER = re.compile(r"^Launching \d+ processes\b")
 _BANNER_METHOD = re.compile(r"\bwith (fork|spawn)\b")
@@ -111,6 +117,9 @@ class Cell:
     reply_ename: str = ""
     finished: float | None = None
     idle: bool = False
+    # The cell's protocol messages, in order: "status:busy", "execute_input", "error",
+    # "status:idle" (outputs and widget messages left out), also those after its first idle.
+    trace: list[str] = field(default_factory=list)
 
     def text(self, name: str = "stdout") -> str:
         """Everything the cell wrote to one stream, in order."""
@@ -152,12 +161,18 @@ class Cell:
         )
 
 
+class KernelDied(AssertionError):
+    """The kernel process ended while a cell ran (e.g. it aborted)."""
+
+
 class Kernel:
     """One real IPython kernel and a blocking client connected to it."""
 
     def __init__(self, manager: KernelManager, client: BlockingKernelClient) -> None:
         self.manager = manager
         self.client = client
+        self._cells: dict[str, Cell] = {}  # every submitted cell, to record all it receives
+        self._replies: dict[str, dict[str, Any]] = {}
 
     @property
     def pid(self) -> int:
@@ -169,7 +184,8 @@ class Kernel:
     def submit(self, code: str) -> Cell:
         """Send a cell for execution and return at once (collect it with :meth:`collect`)."""
         msg_id = self.client.execute(textwrap.dedent(code), store_history=True)
-        return Cell(msg_id=msg_id, started=time.monotonic())
+        cell = self._cells[msg_id] = Cell(msg_id=msg_id, started=time.monotonic())
+        return cell
 
     def collect(
         self,
@@ -190,18 +206,23 @@ class Kernel:
             try:
                 message = self.client.get_iopub_msg(timeout=min(left, 1.0))
             except Empty:
+                if not self.manager.is_alive():
+                    raise KernelDied(
+                        f"the kernel died while the cell ran:\n{cell.describe()}"
+                    ) from None
                 continue
-            if message.get("parent_header", {}).get("msg_id") != cell.msg_id:
+            owner = self._cells.get(message.get("parent_header", {}).get("msg_id", ""))
+            if owner is not None:
+                self._record(message, owner)  # a queued cell's messages are kept for it
+            if owner is not cell:
                 continue
-            self._record(message, cell)
             if on_message is not None:
                 on_message(message, cell)
-        while True:
+        while cell.msg_id not in self._replies:
             left = max(deadline - time.monotonic(), 0.1)
             reply = self.client.get_shell_msg(timeout=left)
-            if reply.get("parent_header", {}).get("msg_id") == cell.msg_id:
-                break
-        content = reply["content"]
+            self._replies[reply.get("parent_header", {}).get("msg_id", "")] = reply
+        content = self._replies.pop(cell.msg_id)["content"]
         cell.status = content["status"]
         cell.execution_count = content.get("execution_count")
         cell.reply_ename = content.get("ename", "")
@@ -214,6 +235,10 @@ class Kernel:
     def _record(message: dict[str, Any], cell: Cell) -> None:
         kind, content = message["msg_type"], message["content"]
         now = time.monotonic()
+        if kind == "status":
+            cell.trace.append(f"status:{content['execution_state']}")
+        elif kind in ("execute_input", "error"):
+            cell.trace.append(kind)
         if kind == "stream":
             cell.outputs.append(Output(content["name"], content["text"], now))
         elif kind in ("display_data", "update_display_data", "clear_output", "comm_msg"):
@@ -221,7 +246,7 @@ class Kernel:
         elif kind == "error":
             cell.ename, cell.evalue = content["ename"], content["evalue"]
             cell.traceback = list(content["traceback"])
-        elif kind == "status" and content["execution_state"] == "idle":
+        elif kind == "status" and content["execution_state"] == "idle" and not cell.idle:
             cell.idle, cell.finished = True, now
 
     def execute(
@@ -279,11 +304,11 @@ class Kernel:
 
 @contextlib.contextmanager
 def running_kernel(log_path: str | None = None, **env: str) -> Iterator[Kernel]:
-    """Start a real kernel (``python3`` spec: this interpreter); always shut it down.
+    """Start a real kernel (the :data:`KERNEL_NAME` spec); always shut it down.
 
     With ``log_path``, the kernel process's own stdout and stderr (its log) go to that file.
     """
-    manager = KernelManager(kernel_name="python3")
+    manager = KernelManager(kernel_name=KERNEL_NAME)
     if log_path is None:
         manager.start_kernel(env=kernel_env(**env))
     else:

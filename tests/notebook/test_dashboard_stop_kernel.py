@@ -5,6 +5,10 @@ button's comm id from the cell's iopub ``comm_open`` messages and sends the clic
 browser's widget manager does (a ``comm_msg`` on the shell channel) while the cell still runs.
 The cell must end promptly with ``LaunchStopped``, every worker gone; a cell queued behind the
 launch is aborted as after any error, and the kernel then runs cells and launches as before.
+The cells' protocol messages (busy, execute_input, error, idle) must be exactly those of the same
+cells without nbaccel: a plain cell that fails, or runs as long, with the same cells queued. The
+tier runs on the newest ipykernel and, in the "colab" tier, on Colab's ipykernel 6 (a plain
+install: nothing beyond the kernel is needed for Stop).
 """
 
 from __future__ import annotations
@@ -73,10 +77,21 @@ def _start(kernel: Kernel) -> tuple[Cell, list[int], str]:
     raise AssertionError(f"the launch never showed both workers running:\n{cell.describe()}")
 
 
+def _queued_traces(kernel: Kernel, first: str, queued: list[str]) -> list[list[str]]:
+    """The traces of ``first`` and of the cells queued behind it, as the kernel sends them."""
+    cells = [kernel.submit(first), *(kernel.submit(code) for code in queued)]
+    for cell in cells:
+        kernel.collect(cell, timeout=60)
+    kernel.ok("pass")  # every message of the cells above came before this cell's
+    return [cell.trace for cell in cells]
+
+
 @pytest.mark.timeout(240)
 def test_stop_click_stops_a_launch_that_blocks_the_kernel() -> None:
     with running_kernel() as kernel:
         kernel.ok(_SETUP)
+        # without nbaccel: a cell fails while a cell waits behind it
+        plain = _queued_traces(kernel, "time.sleep(1.5); raise KeyboardInterrupt", ["print(1)"])
         cell, pids, stop_id = _start(kernel)
         assert not cell.idle and pids_alive(pids) == pids
         queued = kernel.submit("print('queued cell ran')")  # e.g. "Run all": waits its turn
@@ -94,6 +109,9 @@ def test_stop_click_stops_a_launch_that_blocks_the_kernel() -> None:
         kernel.collect(queued, timeout=30)
         assert queued.status == "aborted", queued.describe()
         assert "queued cell ran" not in queued.stdout
+        kernel.ok("pass")
+        # the running cell went idle once, at its end; the queued cell ended as without nbaccel
+        assert [cell.trace, queued.trace] == plain, (cell.trace, queued.trace, plain)
         # the kernel is healthy: cells run, and a new launch (no dashboard) works
         assert kernel.value("1 + 1") == "2"
         again = kernel.ok("print(notebook_launcher(lambda: 7, num_processes=2))", timeout=90)
@@ -105,6 +123,7 @@ def test_a_cell_queued_behind_a_finished_dashboard_launch_still_runs_in_order() 
     """Messages the kernel would have read later are given back to it, in order."""
     with running_kernel() as kernel:
         kernel.ok(_SETUP)
+        plain = _queued_traces(kernel, "time.sleep(2)", ["print(2)", "print(3)"])
         cell = kernel.submit(
             "r = notebook_launcher(lambda: time.sleep(2) or 'done', num_processes=2, "
             "dashboard=True)\nprint('first', r)"
@@ -118,3 +137,5 @@ def test_a_cell_queued_behind_a_finished_dashboard_launch_still_runs_in_order() 
             assert queued.status == "ok" and queued.stdout.strip() == text, queued.describe()
         assert cell.execution_count is not None and second.execution_count is not None
         assert third.execution_count == second.execution_count + 1 == cell.execution_count + 2
+        kernel.ok("pass")
+        assert [cell.trace, second.trace, third.trace] == plain

@@ -15,6 +15,7 @@ pytest.importorskip("ipykernel")
 
 from jupyter_client.blocking.client import BlockingKernelClient  # noqa: E402
 from jupyter_client.manager import KernelManager  # noqa: E402
+from kernel_helpers import KERNEL_NAME  # noqa: E402
 
 pytestmark = pytest.mark.notebook
 
@@ -36,7 +37,7 @@ def kernel() -> Iterator[BlockingKernelClient]:
     """A real IPython kernel (this interpreter, through ipykernel_launcher), always shut down."""
     # jupyter_client runs a spec whose command is `python` on sys.executable, and falls back to
     # ipykernel's built-in spec when no python3 kernelspec is installed.
-    manager = KernelManager(kernel_name="python3")
+    manager = KernelManager(kernel_name=KERNEL_NAME)
     manager.start_kernel(env=_kernel_env())
     client = manager.client()
     try:

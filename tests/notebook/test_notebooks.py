@@ -16,7 +16,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("sklearn")
 
-from kernel_helpers import kernel_env, strip_ansi  # noqa: E402
+from kernel_helpers import KERNEL_NAME, kernel_env, strip_ansi  # noqa: E402
 
 from nbaccel.examples import quickstart  # noqa: E402
 
@@ -60,7 +60,7 @@ def _client(notebook: Any) -> Any:
     return nbclient.NotebookClient(
         notebook,
         timeout=_CELL_TIMEOUT,
-        kernel_name="python3",
+        kernel_name=KERNEL_NAME,
         resources={"metadata": {"path": str(NOTEBOOKS)}},
     )
 

@@ -6,7 +6,6 @@ from the client) is tested in ``tests/notebook/test_dashboard_stop_kernel.py``.
 
 from __future__ import annotations
 
-import sys
 import threading
 import types
 from collections import deque
@@ -17,7 +16,7 @@ import zmq
 from jupyter_client.session import Session
 
 from nbaccel.widgets import kernelpump
-from nbaccel.widgets.kernelpump import _ShellSocketPump, _UiPollPump, open_message_pump
+from nbaccel.widgets.kernelpump import _ShellSocketPump, _ShellStreamPump, open_message_pump
 
 
 class _Frame:
@@ -127,31 +126,49 @@ def test_an_interrupt_while_reading_keeps_the_message(monkeypatch: pytest.Monkey
     assert [[f.bytes for f in frames] for frames in kernel.given_back] == [execute]
 
 
-def test_a_kernel_with_do_one_iteration_uses_jupyter_ui_poll(
+class _Kernel6:
+    """What the pump uses of an ipykernel 6 kernel (Colab, Kaggle): a shell stream on the
+    main thread's loop, whose receive callback queues each message for ``dispatch_shell``."""
+
+    def __init__(self, messages: list[list[bytes]]) -> None:
+        self.session = Session(key=b"secret")
+        self.shell_stream = types.SimpleNamespace(socket=_Socket(messages))
+        self.handled: list[str] = []
+        self.queued: list[Any] = []
+        self.shell_handlers = {"comm_msg": lambda stream, idents, msg: self._handle(stream, msg)}
+
+    def _handle(self, stream: Any, msg: dict[str, Any]) -> None:
+        assert stream is self.shell_stream
+        self.handled.append(msg["content"]["comm_id"])
+
+    def schedule_dispatch(self, dispatch: Any, frames: list[_Frame]) -> None:
+        assert dispatch == self.dispatch_shell
+        self.queued.append([f.bytes for f in frames])
+
+    async def dispatch_shell(self, msg: Any) -> None:
+        raise AssertionError("only queued through schedule_dispatch")
+
+
+def test_ipykernel_6_comm_messages_at_once_the_rest_queued_in_order(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    calls: list[object] = []
-
-    class Events:
-        def __enter__(self) -> Any:
-            calls.append("enter")
-            return lambda n: calls.append(("poll", n))
-
-        def __exit__(self, *exc: object) -> None:
-            calls.append("exit")
-
-    old_kernel = types.SimpleNamespace(do_one_iteration=lambda: None)
-    monkeypatch.setattr(kernelpump, "_running_kernel", lambda: old_kernel)
-    monkeypatch.setitem(
-        sys.modules, "jupyter_ui_poll", types.SimpleNamespace(ui_events=lambda: Events())
-    )
+    session = Session(key=b"secret")
+    wire = [
+        session.serialize(session.msg(kind, content), ident=[b"client"])
+        for kind, content in (
+            ("execute_request", {"code": "1"}),
+            ("comm_msg", {"comm_id": "stop", "data": {}}),
+            ("execute_request", {"code": "2"}),
+        )
+    ]
+    kernel = _Kernel6(wire)
+    monkeypatch.setattr(kernelpump, "_running_kernel", lambda: kernel)
     pump = open_message_pump()
-    assert isinstance(pump, _UiPollPump)
+    assert isinstance(pump, _ShellStreamPump)
     pump.poll()
+    assert kernel.handled == ["stop"] and kernel.queued == []
     pump.close()
-    assert calls == ["enter", ("poll", 10), "exit"]
-    monkeypatch.setitem(sys.modules, "jupyter_ui_poll", None)  # not installed: no pump
-    assert open_message_pump() is None
+    assert kernel.queued == [wire[0], wire[2]]
 
 
 def test_an_unknown_kernel_layout_gives_no_pump(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -166,6 +183,28 @@ def test_an_unknown_kernel_layout_gives_no_pump(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(kernelpump, "_running_kernel", Broken)
     assert open_message_pump() is None  # the manager lacks the socket pair: no pump, no error
+
+
+def test_the_dashboard_says_when_stop_cannot_work_instead_of_a_dead_button(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("ipywidgets")
+    from nbaccel.widgets import dashboard
+
+    monkeypatch.setattr(kernelpump, "_running_kernel", lambda: types.SimpleNamespace())
+    board = dashboard.LaunchDashboard(refresh_s=0.05)
+    board.begin(2)  # in a kernel's main thread, with no way to read its messages
+    try:
+        assert board._stop.disabled
+        assert "Interrupt the kernel instead" in board._stop_note.value
+    finally:
+        board.end(None)
+    monkeypatch.setattr(kernelpump, "_running_kernel", lambda: None)  # a terminal: no note
+    board.begin(2)
+    try:
+        assert not board._stop.disabled and board._stop_note.value == ""
+    finally:
+        board.end(None)
 
 
 def test_the_dashboard_polls_its_pump_between_waits_and_closes_it_at_the_end(
