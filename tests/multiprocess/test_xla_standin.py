@@ -71,7 +71,7 @@ def test_tpu_launch_goes_through_xla_spawn_and_workers_see_xla(tmp_path: Path) -
     assert len(spawns) == 1
     assert spawns[0]["start_method"] == "fork" and spawns[0]["nprocs"] is None
     assert sum(c["call"] == "rendezvous" for c in calls) == 4  # wait_for_everyone on 4 cores
-    assert "Launching on TPU" in proc.stdout
+    assert "Launching on the XLA device (TPU, every core of this host)" in proc.stdout
 
 
 def test_failing_tpu_core_raises_its_own_exception(tmp_path: Path) -> None:
