@@ -8,10 +8,17 @@ ties again whatever the move untied.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
-__all__ = ["find_tied_parameters", "move_model_to_device", "retie_parameters"]
+__all__ = [
+    "ParameterMoves",
+    "find_tied_parameters",
+    "move_model_to_device",
+    "retie_parameters",
+]
 
 
 def find_tied_parameters(model: nn.Module) -> list[list[str]]:
@@ -49,3 +56,43 @@ def move_model_to_device(model: nn.Module, target: torch.device | str | torch.dt
     if tied:
         retie_parameters(model, tied)
     return model
+
+
+class ParameterMoves:
+    """Parameters that a move replaced (``old -> new``), and optimizers pointed at the new ones.
+
+    Moving a model to an XLA device makes new parameter objects (CUDA and CPU moves change
+    them in place); an optimizer built before ``prepare`` would otherwise keep updating the
+    old CPU copies while the model trains on the device, as Accelerate notes for TPUs.
+    """
+
+    def __init__(self) -> None:
+        self._moves: dict[int, tuple[nn.Parameter, nn.Parameter]] = {}
+
+    def record(self, before: list[nn.Parameter], model: nn.Module) -> None:
+        """Remember which of ``before`` (``model``'s parameters before a move) were replaced."""
+        for old, new in zip(before, model.parameters(), strict=True):
+            if old is not new:
+                self._moves[id(old)] = (old, new)
+
+    def repoint(self, optimizer: torch.optim.Optimizer) -> None:
+        """Point ``optimizer``'s groups (and any state it has) at the moved parameters."""
+        if not self._moves:
+            return
+        for group in optimizer.param_groups:
+            group["params"] = [self._new(p) for p in group["params"]]
+        for param in [p for p in optimizer.state if self._new(p) is not p]:
+            new = self._new(param)
+            optimizer.state[new] = _to_device(optimizer.state.pop(param), new.device)
+
+    def _new(self, param: Any) -> Any:
+        pair = self._moves.get(id(param))
+        return pair[1] if pair is not None and pair[0] is param else param
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {key: _to_device(item, device) for key, item in value.items()}
+    return value

@@ -20,7 +20,7 @@ tier() {  # tier NAME BUDGET_SECONDS PATH...
   echo "== tier ${name} (budget ${budget}s)"
   local start=$SECONDS rc=0
   timeout --signal=TERM --kill-after=30 "${budget}" \
-    python -m pytest "$@" -q -p no:cacheprovider --durations=5 || rc=$?
+    "${TIER_PYTHON:-python}" -m pytest "$@" -q -p no:cacheprovider --durations=5 || rc=$?
   echo "== tier ${name}: exit ${rc} after $((SECONDS - start))s"
   if [ "${rc}" -eq 124 ]; then
     echo "tier ${name} ran past its budget of ${budget}s" >&2
@@ -35,6 +35,10 @@ tier multiprocess 600 tests/multiprocess
 tier notebook 600 tests/notebook
 tier faults 300 tests/faults
 tier browser 240 tests/browser
+# the xla tier: the real torch_xla 2.9 on its CPU device, with torch 2.9, in a venv of its own
+# built once per machine by tests/xla/make_env.sh (outside the repository; reused afterwards)
+xla_python=$(timeout 1500 bash tests/xla/make_env.sh)
+PJRT_DEVICE=CPU PYTHONPATH="${PWD}" TIER_PYTHON="${xla_python}" tier xla 240 tests/xla
 if compgen -G "tests/gpu/test_*.py" > /dev/null; then
   tier gpu 300 tests/gpu
 fi

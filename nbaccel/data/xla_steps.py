@@ -19,7 +19,11 @@ def step_marker(device: torch.device | None) -> Callable[[], None] | None:
     """The function that marks an XLA step, or None off the XLA device."""
     if device is None or device.type != "xla":
         return None
-    import torch_xla.core.xla_model as xm
+    import torch_xla
 
-    mark: Callable[[], None] = xm.mark_step
+    mark: Callable[[], None] | None = getattr(torch_xla, "sync", None)  # torch_xla 2.6+
+    if mark is None:
+        import torch_xla.core.xla_model as xm
+
+        mark = xm.mark_step
     return mark
