@@ -21,7 +21,7 @@ pytestmark = pytest.mark.multiprocess
 FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fake_torch_xla"
 
 SCRIPT = """
-import sys, json
+import os, sys, json
 from nbaccel import notebook_launcher, PartialState
 from nbaccel.utils import DistributedType
 
@@ -32,7 +32,7 @@ def work(scale):
         raise KeyError("core 2 failed")
     return [str(state.distributed_type), state.distributed_type == DistributedType.TPU,
             state.process_index, state.num_processes, str(state.device), scale,
-            state.mixed_precision]
+            state.mixed_precision, os.environ.get("XLA_USE_BF16")]
 
 out = notebook_launcher(work, (7,), mixed_precision="bf16")
 print("RESULT " + json.dumps(out))
@@ -64,8 +64,9 @@ def test_tpu_launch_goes_through_xla_spawn_and_workers_see_xla(tmp_path: Path) -
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     results = json.loads(line[len("RESULT ") :])
     assert [r[2] for r in results] == [0, 1, 2, 3]
-    for index, (kind, is_tpu, rank, world, device, scale, precision) in enumerate(results):
+    for index, (kind, is_tpu, rank, world, device, scale, precision, bf16) in enumerate(results):
         assert (kind, is_tpu, rank, world, scale, precision) == ("XLA", True, index, 4, 7, "bf16")
+        assert bf16 == "1"  # bf16 on a TPU: XLA_USE_BF16 for the cores, as Accelerate sets it
         assert device == "cpu"  # the stand-in's "XLA device"
     spawns = [c for c in calls if c["call"] == "spawn"]
     assert len(spawns) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 import torch_xla.debug.metrics as metrics
 from torch import nn
@@ -109,3 +110,9 @@ def test_bf16_autocasts_on_the_xla_device_and_trains() -> None:
         optimizer.zero_grad()
     assert all(p.dtype == torch.float32 for p in model.parameters())  # weights stay float32
     assert torch.isfinite(out).all()
+
+
+def test_fp16_is_refused_on_the_xla_device() -> None:
+    with pytest.raises(ValueError, match="use mixed_precision='bf16'"):
+        Accelerator(mixed_precision="fp16")
+    assert Accelerator().mixed_precision == "no"  # the refused setting did not stick
