@@ -41,15 +41,15 @@ print("XLA_IMPORTED", "torch_xla" in sys.modules)
 
 
 def _run(
-    tmp_path: Path, tpu: bool, fail: bool = False
+    tmp_path: Path, tpu: bool, fail: bool = False, variable: str = "PJRT_DEVICE"
 ) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
     log = tmp_path / "calls.jsonl"
     env = dict(os.environ, PYTHONPATH=f"{FAKE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     env["FAKE_TORCH_XLA_LOG"] = str(log)
-    env.pop("PJRT_DEVICE", None)
-    env.pop("TPU_NAME", None)
-    if tpu:
-        env["PJRT_DEVICE"] = "TPU"
+    for name in ("PJRT_DEVICE", "TPU_NAME", "COLAB_TPU_ADDR", "TPU_ACCELERATOR_TYPE"):
+        env.pop(name, None)
+    if tpu:  # PJRT_DEVICE=TPU (TPU VMs, Kaggle) or the address Colab's TPU runtimes set
+        env[variable] = "TPU" if variable == "PJRT_DEVICE" else "10.0.0.2:8470"
     code = SCRIPT.replace("{fail}", "yes" if fail else "no")
     proc = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
@@ -58,8 +58,11 @@ def _run(
     return proc, calls
 
 
-def test_tpu_launch_goes_through_xla_spawn_and_workers_see_xla(tmp_path: Path) -> None:
-    proc, calls = _run(tmp_path, tpu=True)
+@pytest.mark.parametrize("variable", ["PJRT_DEVICE", "COLAB_TPU_ADDR"])
+def test_tpu_launch_goes_through_xla_spawn_and_workers_see_xla(
+    tmp_path: Path, variable: str
+) -> None:
+    proc, calls = _run(tmp_path, tpu=True, variable=variable)
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     results = json.loads(line[len("RESULT ") :])

@@ -116,3 +116,23 @@ def test_fp16_is_refused_on_the_xla_device() -> None:
     with pytest.raises(ValueError, match="use mixed_precision='bf16'"):
         Accelerator(mixed_precision="fp16")
     assert Accelerator().mixed_precision == "no"  # the refused setting did not stick
+
+
+def test_accumulation_clipping_and_scheduler_on_the_xla_device() -> None:
+    accelerator = Accelerator(gradient_accumulation_steps=2)
+    model, optimizer, loader = _setup()
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    updates, norms = 0, []
+    for x, y in loader:
+        with accelerator.accumulate(model):
+            accelerator.backward(nn.functional.mse_loss(model(x), y))
+            if accelerator.sync_gradients:
+                norms.append(accelerator.clip_grad_norm_(model.parameters(), 0.5))
+                updates += 1
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+    assert updates == STEPS // 2
+    assert all(n.device.type == "xla" and float(n) > 0 for n in norms)
+    assert scheduler.get_last_lr() == [pytest.approx(0.05 * 0.5**updates)]
