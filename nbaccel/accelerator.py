@@ -210,6 +210,7 @@ class Accelerator(
                 autocast_kwargs=handlers.get(AutocastKwargs),  # type: ignore[arg-type]
                 scaler_kwargs=handlers.get(GradScalerKwargs),  # type: ignore[arg-type]
             )
+            strategy = strategy_for(self.state.distributed_type, self.state.fsdp_plugin)
         except Exception:
             if fresh:  # a refused setting must not stick to the process (e.g. fp8 on CPU)
                 STATE.accelerator = None
@@ -232,7 +233,7 @@ class Accelerator(
         self.device_placement = device_placement
         self.rng_types = [str(RNGType.parse(r, "rng_types")) for r in (rng_types or ["generator"])]
         self.scaler = self.precision.scaler
-        self.strategy = strategy_for(self.state.distributed_type, self.state.fsdp_plugin)
+        self.strategy = strategy
         ddp = handlers.get(DistributedDataParallelKwargs)
         self._preparer = Preparer(
             device=self.state.device,

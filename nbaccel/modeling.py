@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 __all__ = [
+    "ParameterMoves",
     "compile_regions",
     "find_tied_parameters",
     "move_model_to_device",
@@ -114,3 +115,43 @@ def compile_regions(module: nn.Module, **compile_kwargs: Any) -> nn.Module:
     if "_orig_mod" not in compiled.__dict__:
         compiled.__dict__["_orig_mod"] = module
     return compiled
+
+
+class ParameterMoves:
+    """Parameters that a move replaced (``old -> new``), and optimizers pointed at the new ones.
+
+    Moving a model to an XLA device makes new parameter objects (CUDA and CPU moves change
+    them in place); an optimizer built before ``prepare`` would otherwise keep updating the
+    old CPU copies while the model trains on the device, as Accelerate notes for TPUs.
+    """
+
+    def __init__(self) -> None:
+        self._moves: dict[int, tuple[nn.Parameter, nn.Parameter]] = {}
+
+    def record(self, before: list[nn.Parameter], model: nn.Module) -> None:
+        """Remember which of ``before`` (``model``'s parameters before a move) were replaced."""
+        for old, new in zip(before, model.parameters(), strict=True):
+            if old is not new:
+                self._moves[id(old)] = (old, new)
+
+    def repoint(self, optimizer: torch.optim.Optimizer) -> None:
+        """Point ``optimizer``'s groups (and any state it has) at the moved parameters."""
+        if not self._moves:
+            return
+        for group in optimizer.param_groups:
+            group["params"] = [self._new(p) for p in group["params"]]
+        for param in [p for p in optimizer.state if self._new(p) is not p]:
+            new = self._new(param)
+            optimizer.state[new] = _to_device(optimizer.state.pop(param), new.device)
+
+    def _new(self, param: Any) -> Any:
+        pair = self._moves.get(id(param))
+        return pair[1] if pair is not None and pair[0] is param else param
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {key: _to_device(item, device) for key, item in value.items()}
+    return value

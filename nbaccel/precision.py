@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .environment import xla_bf16_storage_requested
 from .kwargs_handlers import AutocastKwargs, GradScalerKwargs
 from .ops import convert_to_fp32
 
@@ -58,10 +59,19 @@ class Precision:
     ) -> None:
         if mixed_precision == "fp8":
             check_fp8_support(device)
+        if mixed_precision == "fp16" and device.type == "xla":
+            raise ValueError(
+                "mixed_precision='fp16' is not available on the XLA device (Accelerate refuses it "
+                "on TPU too); use mixed_precision='bf16', which autocasts to bfloat16 there."
+            )
         self.mixed_precision = mixed_precision
-        self.device_type = device.type if device.type in ("cuda", "cpu", "xpu", "mps") else "cpu"
+        # torch_xla registers autocast for its own device type: "xla" (bf16 on TPU and CPU)
+        known = ("cuda", "cpu", "xpu", "mps", "xla")
+        self.device_type = device.type if device.type in known else "cpu"
         fp8_autocast = torch.bfloat16 if mixed_precision == "fp8" else None
         self.dtype = _DTYPES.get(mixed_precision, fp8_autocast)
+        if device.type == "xla" and xla_bf16_storage_requested():
+            self.dtype = None  # torch_xla keeps float32 in bfloat16 itself (XLA_USE_BF16)
         self.autocast_kwargs = autocast_kwargs or AutocastKwargs()
         self.scaler: torch.amp.GradScaler | None = None
         if mixed_precision == "fp16":

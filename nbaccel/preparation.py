@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from .data import DataLoaderConfiguration, prepare_data_loader
-from .modeling import compile_regions, move_model_to_device
+from .modeling import ParameterMoves, compile_regions, move_model_to_device
 from .optim import AcceleratedOptimizer, AcceleratedScheduler
 from .plugins import TorchDynamoPlugin
 from .precision import Precision
@@ -66,6 +66,7 @@ class Preparer:
     schedulers: list[AcceleratedScheduler] = field(default_factory=list)
     dataloaders: list[Any] = field(default_factory=list)
     _seen: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
+    _moves: ParameterMoves = field(default_factory=ParameterMoves)
 
     # -- the entry point ---------------------------------------------------------------------
     def prepare(
@@ -152,7 +153,11 @@ class Preparer:
         place = self.device_placement if device_placement is None else device_placement
         has_meta = any(t.is_meta for t in (*model.parameters(), *model.buffers()))
         if place and not has_meta:  # a model still on "meta" is materialised by its strategy
+            before = list(model.parameters())
             move_model_to_device(model, self.device)
+            self._moves.record(before, model)
+            for prepared in self.optimizers:  # prepared before this model (XLA: new params)
+                self._moves.repoint(prepared.optimizer)
         model = self.precision.prepare_fp8(model)
         self.precision.wrap_forward(model)
         wrapped = model
@@ -177,6 +182,7 @@ class Preparer:
         """Wrap ``optimizer`` so it steps only on synchronising steps (through the scaler)."""
         self._check_new(optimizer, "optimizer")
         place = self.device_placement if device_placement is None else device_placement
+        self._moves.repoint(optimizer)
         prepared = AcceleratedOptimizer(
             optimizer,
             device_placement=place,

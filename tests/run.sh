@@ -20,7 +20,7 @@ tier() {  # tier NAME BUDGET_SECONDS PATH...
   echo "== tier ${name} (budget ${budget}s)"
   local start=$SECONDS rc=0
   timeout --signal=TERM --kill-after=30 "${budget}" \
-    python -m pytest "$@" -q -p no:cacheprovider --durations=5 || rc=$?
+    "${TIER_PYTHON:-python}" -m pytest "$@" -q -p no:cacheprovider --durations=5 || rc=$?
   echo "== tier ${name}: exit ${rc} after $((SECONDS - start))s"
   if [ "${rc}" -eq 124 ]; then
     echo "tier ${name} ran past its budget of ${budget}s" >&2
@@ -55,6 +55,10 @@ bash tests/colab/make_env.sh .venv-colab
 tier faults 300 tests/faults
 tier multinode 300 tests/multinode
 tier browser 240 tests/browser
+# the xla tier: the real torch_xla 2.9 on its CPU device, with torch 2.9, in a venv of its own
+# built once per machine by tests/xla/make_env.sh (outside the repository; reused afterwards)
+xla_python=$(timeout 1500 bash tests/xla/make_env.sh)
+PJRT_DEVICE=CPU PYTHONPATH="${PWD}" TIER_PYTHON="${xla_python}" tier xla 240 tests/xla
 if python -c "import sys; from nbaccel.environment import cuda_device_count as n; sys.exit(n() == 0)"; then
   tier gpu 900 tests/gpu
 else  # no CUDA GPU here: the tier is only collected (each test would be skipped)

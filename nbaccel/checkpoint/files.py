@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError, safe_open
 
+from .host import to_host
 from .layout import atomic_file
 from .tensorfile import TensorFile, read_into, read_metadata, tensor_files_written
 
@@ -53,6 +54,7 @@ def dedupe_shared(
     Tensors that share memory without being the same view are copied, since safetensors
     stores every tensor once and refuses overlapping ones.
     """
+    state_dict = to_host(state_dict)
     kept: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
     by_view: dict[tuple[Any, ...], str] = {}
@@ -126,6 +128,7 @@ def load_tensors(path: Path, device: str | torch.device = "cpu") -> dict[str, to
 
 def save_object(obj: Any, path: Path) -> None:
     """``torch.save`` ``obj`` atomically (it must hold only tensors and plain values)."""
+    obj = to_host(obj)
     with atomic_file(path) as temporary:
         try:
             with open(temporary, "wb") as stream:

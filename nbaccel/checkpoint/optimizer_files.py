@@ -162,6 +162,8 @@ def _targets(saved: Any, current: dict[str, Any]) -> dict[str, torch.Tensor]:
     owners: dict[int, str] = {}
     targets: dict[str, torch.Tensor] = {}
     for name, tensor in found.items():
+        if tensor.device.type != "cpu":  # only CPU memory is read into (XLA has none to read)
+            continue
         memory = tensor.untyped_storage().data_ptr()
         if memory in owners:
             targets.pop(owners[memory], None)

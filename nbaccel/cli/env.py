@@ -21,6 +21,7 @@ from ..environment import (
     in_notebook,
     read_launch_environment,
     tpu_requested,
+    xla_requested,
 )
 
 __all__ = ["add_parser", "nccl_version", "package_version", "run"]
@@ -78,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         ("CUDA devices", str(gpus)),
         ("Hardware", hardware_description(gpus > 0)),
         ("TPU requested", str(tpu_requested())),
+        ("XLA path requested", str(xla_requested())),
         ("Notebook", str(in_notebook())),
         ("Colab / Kaggle", f"{in_colab()} / {in_kaggle()}"),
         ("Device chosen", str(choice.device)),

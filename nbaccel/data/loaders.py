@@ -15,6 +15,7 @@ from .batches import send_to_device
 from .rng import synchronize_rng_states
 from .samplers import BatchSamplerShard, SkipBatchSampler
 from .shards import IterableDatasetShard
+from .xla_steps import step_marker
 
 __all__ = ["DataLoaderShard", "LoaderPosition", "LoaderSettings", "PreparedLoaderMixin"]
 
@@ -236,8 +237,11 @@ class PreparedLoaderMixin:
         position = self._position
         position.batches_yielded = skipped
         settings = self._settings
+        mark_step = step_marker(settings.device)
         try:
             for batch, is_last, remainder in steps:
+                if mark_step is not None:
+                    mark_step()  # run what the previous batch recorded (XLA)
                 if is_last:
                     self.end_of_dataloader = True
                     self.remainder = remainder
@@ -247,6 +251,8 @@ class PreparedLoaderMixin:
                 yield batch
             position.epoch += 1
             position.batches_yielded = 0
+            if mark_step is not None:
+                mark_step()
         finally:
             gradient_state._remove_dataloader(self)
 

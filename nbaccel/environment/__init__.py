@@ -17,6 +17,9 @@ from .detect import (
     in_notebook,
     tpu_requested,
     xla_available,
+    xla_bf16_storage_requested,
+    xla_device_name,
+    xla_requested,
     xla_topology,
 )
 from .devices import (
@@ -71,5 +74,8 @@ __all__ = [
     "tpu_requested",
     "user_thread_count",
     "xla_available",
+    "xla_bf16_storage_requested",
+    "xla_device_name",
+    "xla_requested",
     "xla_topology",
 ]

@@ -101,9 +101,14 @@ def choose_device(launch: LaunchEnvironment, cpu: bool = False) -> DeviceChoice:
     if force_cpu:
         return DeviceChoice(torch.device("cpu"), distributed_backend, "cpu")
     if xla_available():
-        import torch_xla.core.xla_model as xm
+        import torch_xla
 
-        return DeviceChoice(torch.device(xm.xla_device()), "xla", "xla")
+        device = getattr(torch_xla, "device", None)  # torch_xla 2.5+; xla_device before
+        if device is None:
+            import torch_xla.core.xla_model as xm
+
+            device = xm.xla_device
+        return DeviceChoice(torch.device(device()), "xla", "xla")
     count = cuda_device_count()
     if count > 0:
         index = launch.local_rank % count if launch.distributed else 0

@@ -140,9 +140,8 @@ class LaunchConfig:
         cpu = kwargs.pop("cpu", None)
         if cpu is not None and not isinstance(cpu, bool):
             raise TypeError(f"cpu must be True or False, got {cpu!r}.")
-        accelerator = "cpu" if cpu or (gpus == 0 and not xla_available()) else "cuda"
-        if accelerator == "cuda" and gpus == 0:
-            accelerator = "xla"
+        # an XLA request (a TPU, or PJRT_DEVICE) wins over GPUs, as the workers' device does
+        accelerator = "cpu" if cpu else "xla" if xla_available() else "cuda" if gpus else "cpu"
         num = kwargs.pop("num_processes", None)
         if num is None:
             num = {"cuda": gpus, "xla": 8}.get(accelerator, 1)

@@ -1,21 +1,27 @@
 """The TPU path: launch through ``torch_xla``'s multiprocessing spawn (Colab, Kaggle, TPU VMs).
 
-``torch_xla`` is imported here only, and only when a TPU is requested and the package imports
-(see ``environment.xla_available``). Workers run the same core as every other path:
+``torch_xla`` is imported here only, and only when the XLA path is requested and the package
+imports (see ``environment.xla_available``). Workers run the same core as every other path:
 ``PartialState()`` inside the function reports ``DistributedType.XLA`` and the XLA device.
+
+``xmp.spawn`` runs the function in this process for one core (``num_processes=1``) and
+otherwise hands it to a process pool, which pickles it: the entry therefore carries the
+function cloudpickled (closures and notebook functions cross), and each core writes its result
+or its error to a file in a directory of the launch, read back here once the spawn returns.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import threading
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import cloudpickle
 
-from ..environment import fsdp_launch_variables
+from ..environment import fsdp_launch_variables, tpu_requested, xla_device_name
 from ..state.registry import reset_registry
 from .config import LaunchConfig
 from .errors import RankFate, build_error, capture_exception, root_cause
@@ -25,25 +31,28 @@ __all__ = ["launch_xla"]
 
 
 class _XlaEntry:
-    """The picklable per-process entry that ``xmp.spawn`` calls with the process index."""
+    """The picklable per-core entry that ``xmp.spawn`` calls with the core index."""
 
-    def __init__(
-        self,
-        function: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        queue: Any,
-    ):
-        self.function, self.args, self.kwargs, self.queue = function, args, kwargs, queue
+    def __init__(self, payload: bytes, results: str):
+        self.payload, self.results = payload, results
 
     def __call__(self, index: int) -> None:
         reset_registry()
+        target = Path(self.results) / f"core-{index}.pkl"
         try:
-            result = self.function(*self.args, **self.kwargs)
-            self.queue.put((index, "result", cloudpickle.dumps(result)))
+            function, args, kwargs = cloudpickle.loads(self.payload)
+            result = function(*args, **kwargs)
+            message: tuple[str, Any] = ("result", cloudpickle.dumps(result))
         except BaseException as exc:
-            self.queue.put((index, "error", capture_exception(exc, time.time())))
+            _write(target, ("error", capture_exception(exc, time.time())))
             raise
+        _write(target, message)
+
+
+def _write(target: Path, message: tuple[str, Any]) -> None:
+    partial = target.with_suffix(".part")
+    partial.write_bytes(cloudpickle.dumps(message))
+    partial.replace(target)  # a reader never sees half a file
 
 
 def launch_xla(
@@ -52,52 +61,48 @@ def launch_xla(
     kwargs: dict[str, Any],
     config: LaunchConfig,
 ) -> list[Any]:
-    """Run ``function`` on every TPU core of this host; return the results by core index."""
+    """Run ``function`` on every XLA core of this host; return the results by core index."""
     import torch_xla.distributed.xla_multiprocessing as xmp
 
-    queue = multiprocessing.get_context("fork").SimpleQueue()
-    messages: list[tuple[int, str, Any]] = []
-    done = threading.Event()
-
-    def drain() -> None:  # read while workers write, so large results cannot block them
-        while not (done.is_set() and queue.empty()):
-            if queue.empty():
-                time.sleep(0.01)
-                continue
-            messages.append(queue.get())
-
-    reader = threading.Thread(target=drain, name="nbaccel-xla-results", daemon=True)
-    reader.start()
     nprocs = 1 if config.num_processes == 1 else None
-    print(f"Launching on TPU ({'1 core' if nprocs == 1 else 'every core of this host'}).")
+    where = "1 core" if nprocs == 1 else "every core of this host"
+    print(f"Launching on the XLA device ({xla_device_name()}, {where}).")
+    results = tempfile.mkdtemp(prefix="nbaccel-xla-")
     failure: BaseException | None = None
     try:
+        entry = _XlaEntry(cloudpickle.dumps((function, args, kwargs)), results)
         with temporary_environment(_xla_variables(config)):
-            xmp.spawn(
-                _XlaEntry(function, args, kwargs, queue),
-                args=(),
-                nprocs=nprocs,
-                start_method="fork",
-            )
-    except Exception as exc:  # a worker failed: its own message says which and why
+            xmp.spawn(entry, args=(), nprocs=nprocs, start_method="fork")
+    except Exception as exc:  # a core failed: its own message says which and why
         failure = exc
+    try:
+        return _collect(_read(Path(results)), failure)
     finally:
-        done.set()
-        reader.join()
-        queue.close()
-    return _collect(messages, failure)
+        shutil.rmtree(results, ignore_errors=True)
 
 
 def _xla_variables(config: LaunchConfig) -> dict[str, str | None]:
-    """The launcher's choices for the forked TPU processes."""
+    """The launcher's choices for the TPU processes.
+
+    bf16 on a TPU is asked of torch_xla with ``XLA_USE_BF16`` as Accelerate does (float32
+    tensors are kept in bfloat16); elsewhere the workers autocast to bfloat16 instead.
+    """
     changes: dict[str, str | None] = {"NBACCEL_MIXED_PRECISION": config.mixed_precision}
-    if config.mixed_precision == "bf16":
+    if config.mixed_precision == "bf16" and tpu_requested():
         changes["XLA_USE_BF16"] = "1"
     if config.debug:
         changes["NBACCEL_DEBUG_MODE"] = "1"
     if config.fsdp_config is not None:  # xla: true in it shards with XLA's FSDP
         changes.update(fsdp_launch_variables(config.fsdp_config))
     return changes
+
+
+def _read(results: Path) -> list[tuple[int, str, Any]]:
+    messages = []
+    for path in results.glob("core-*.pkl"):
+        kind, payload = cloudpickle.loads(path.read_bytes())
+        messages.append((int(path.stem.split("-")[1]), kind, payload))
+    return messages
 
 
 def _collect(messages: list[tuple[int, str, Any]], failure: BaseException | None) -> list[Any]:

@@ -8,7 +8,7 @@ from ..enums import DistributedType
 from .base import Strategy
 from .ddp import DDPStrategy
 from .fsdp import FSDPStrategy
-from .xla import XlaStrategy
+from .xla import XlaStrategy, xla_fsdp_strategy
 
 __all__ = ["DDPStrategy", "FSDPStrategy", "Strategy", "XlaStrategy", "strategy_for"]
 
@@ -20,6 +20,8 @@ def strategy_for(distributed_type: DistributedType, fsdp_plugin: Any = None) -> 
             raise ValueError(
                 "DistributedType.FSDP needs fsdp_plugin=FullyShardedDataParallelPlugin()."
             )
+        if _on_xla_device():
+            return xla_fsdp_strategy(fsdp_plugin)
         return FSDPStrategy(fsdp_plugin)
     if distributed_type in (DistributedType.MULTI_CPU, DistributedType.MULTI_GPU):
         return DDPStrategy()
@@ -31,3 +33,10 @@ def strategy_for(distributed_type: DistributedType, fsdp_plugin: Any = None) -> 
         f"Training with DistributedType.{distributed_type.name} is not available in this "
         "version of nbaccel; without fsdp_plugin, several processes train with DDP."
     )
+
+
+def _on_xla_device() -> bool:
+    """True when this process trains on the XLA device (whatever plugin the job reports)."""
+    from ..state.registry import STATE
+
+    return STATE.process is not None and STATE.process.distributed_type == DistributedType.XLA

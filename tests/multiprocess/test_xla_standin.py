@@ -21,7 +21,7 @@ pytestmark = pytest.mark.multiprocess
 FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fake_torch_xla"
 
 SCRIPT = """
-import sys, json
+import os, sys, json
 from nbaccel import notebook_launcher, PartialState
 from nbaccel.utils import DistributedType
 
@@ -32,7 +32,7 @@ def work(scale):
         raise KeyError("core 2 failed")
     return [str(state.distributed_type), state.distributed_type == DistributedType.TPU,
             state.process_index, state.num_processes, str(state.device), scale,
-            state.mixed_precision]
+            state.mixed_precision, os.environ.get("XLA_USE_BF16")]
 
 out = notebook_launcher(work, (7,), mixed_precision="bf16")
 print("RESULT " + json.dumps(out))
@@ -41,15 +41,15 @@ print("XLA_IMPORTED", "torch_xla" in sys.modules)
 
 
 def _run(
-    tmp_path: Path, tpu: bool, fail: bool = False
+    tmp_path: Path, tpu: bool, fail: bool = False, variable: str = "PJRT_DEVICE"
 ) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
     log = tmp_path / "calls.jsonl"
     env = dict(os.environ, PYTHONPATH=f"{FAKE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     env["FAKE_TORCH_XLA_LOG"] = str(log)
-    env.pop("PJRT_DEVICE", None)
-    env.pop("TPU_NAME", None)
-    if tpu:
-        env["PJRT_DEVICE"] = "TPU"
+    for name in ("PJRT_DEVICE", "TPU_NAME", "COLAB_TPU_ADDR", "TPU_ACCELERATOR_TYPE"):
+        env.pop(name, None)
+    if tpu:  # PJRT_DEVICE=TPU (TPU VMs, Kaggle) or the address Colab's TPU runtimes set
+        env[variable] = "TPU" if variable == "PJRT_DEVICE" else "10.0.0.2:8470"
     code = SCRIPT.replace("{fail}", "yes" if fail else "no")
     proc = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
@@ -58,20 +58,24 @@ def _run(
     return proc, calls
 
 
-def test_tpu_launch_goes_through_xla_spawn_and_workers_see_xla(tmp_path: Path) -> None:
-    proc, calls = _run(tmp_path, tpu=True)
+@pytest.mark.parametrize("variable", ["PJRT_DEVICE", "COLAB_TPU_ADDR"])
+def test_tpu_launch_goes_through_xla_spawn_and_workers_see_xla(
+    tmp_path: Path, variable: str
+) -> None:
+    proc, calls = _run(tmp_path, tpu=True, variable=variable)
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     results = json.loads(line[len("RESULT ") :])
     assert [r[2] for r in results] == [0, 1, 2, 3]
-    for index, (kind, is_tpu, rank, world, device, scale, precision) in enumerate(results):
+    for index, (kind, is_tpu, rank, world, device, scale, precision, bf16) in enumerate(results):
         assert (kind, is_tpu, rank, world, scale, precision) == ("XLA", True, index, 4, 7, "bf16")
+        assert bf16 == "1"  # bf16 on a TPU: XLA_USE_BF16 for the cores, as Accelerate sets it
         assert device == "cpu"  # the stand-in's "XLA device"
     spawns = [c for c in calls if c["call"] == "spawn"]
     assert len(spawns) == 1
     assert spawns[0]["start_method"] == "fork" and spawns[0]["nprocs"] is None
     assert sum(c["call"] == "rendezvous" for c in calls) == 4  # wait_for_everyone on 4 cores
-    assert "Launching on TPU" in proc.stdout
+    assert "Launching on the XLA device (TPU, every core of this host)" in proc.stdout
 
 
 def test_failing_tpu_core_raises_its_own_exception(tmp_path: Path) -> None:

@@ -24,6 +24,9 @@ from nbaccel.environment import (
     read_launch_environment,
     tpu_requested,
     xla_available,
+    xla_bf16_storage_requested,
+    xla_device_name,
+    xla_requested,
 )
 
 MASTER = {"MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29512"}
@@ -343,6 +346,33 @@ def test_debug_mode_reads_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
 )
 def test_tpu_requested(env: dict[str, str], expected: bool) -> None:
     assert tpu_requested(env) is expected
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, False),
+        ({"PJRT_DEVICE": "TPU"}, True),
+        ({"PJRT_DEVICE": "CPU"}, True),  # the XLA path on torch_xla's CPU device, off TPU
+        ({"PJRT_DEVICE": "CUDA"}, True),
+        ({"PJRT_DEVICE": " "}, False),
+        ({"TPU_NAME": "my-tpu"}, True),
+        ({"PJRT_DEVICE": "CPU", "USE_TORCH_XLA": "0"}, False),  # Accelerate's switch
+        ({"TPU_NAME": "my-tpu", "USE_TORCH_XLA": "false"}, False),
+        ({"PJRT_DEVICE": "CPU", "USE_TORCH_XLA": "1"}, True),
+    ],
+)
+def test_xla_requested(env: dict[str, str], expected: bool) -> None:
+    assert xla_requested(env) is expected
+
+
+def test_xla_device_name_and_bf16_storage() -> None:
+    assert xla_device_name({"PJRT_DEVICE": "cpu"}) == "CPU"
+    assert xla_device_name({"TPU_NAME": "x"}) == "TPU"
+    assert xla_bf16_storage_requested({}) is False
+    assert xla_bf16_storage_requested({"XLA_USE_BF16": "1"}) is True
+    assert xla_bf16_storage_requested({"XLA_DOWNCAST_BF16": "1"}) is True
+    assert xla_bf16_storage_requested({"XLA_USE_BF16": "0"}) is False
 
 
 def test_xla_not_available_off_tpu_and_never_imported() -> None:

@@ -54,3 +54,25 @@ def test_retie_parameters_restores_identity() -> None:
     assert find_tied_parameters(model) == []
     retie_parameters(model, tied)
     assert model.head.weight is model.embed.weight
+
+
+def test_prepare_points_optimizers_at_parameters_a_move_replaced(replacing_moves: None) -> None:
+    # what a move to the XLA device does: new parameter objects; the optimizer built from the
+    # old ones must follow them, or it would update copies the model no longer uses
+    from nbaccel import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    first, second = TiedLM(), nn.Linear(4, 2)
+    early = torch.optim.SGD(second.parameters(), lr=1.0)
+    early = accelerator.prepare(early)  # prepared before its model
+    optimizer = torch.optim.SGD(first.parameters(), lr=1.0)
+    originals = list(first.parameters())
+    first, optimizer, second = accelerator.prepare(first, optimizer, second)
+    assert all(new is not old for new, old in zip(first.parameters(), originals, strict=True))
+    assert optimizer.param_groups[0]["params"] == list(first.parameters())
+    assert early.param_groups[0]["params"] == list(second.parameters())
+    assert first.head.weight is first.embed.weight
+    before = first.embed.weight.detach().clone()
+    first.head(first.body(first.embed(torch.tensor([1, 2])))).sum().backward()
+    optimizer.step()
+    assert not torch.equal(first.embed.weight, before)  # the model itself trained
