@@ -16,10 +16,10 @@ def require_every_shard(checkpoint_dir: Path) -> None:
     Raises:
         FileNotFoundError: naming the missing shards and how to gather them.
     """
-    from torch.distributed.checkpoint import FileSystemReader
+    from .safe_dcp import SafeReader  # never plain pickle: .metadata may be crafted
 
     try:
-        metadata = FileSystemReader(str(checkpoint_dir)).read_metadata()
+        metadata = SafeReader(str(checkpoint_dir)).read_metadata()
     except Exception:
         return  # an unreadable .metadata is reported by the loader itself
     storage = getattr(metadata, "storage_data", None) or {}
