@@ -14,7 +14,7 @@ __all__ = ["KEY_TO_ARGUMENT", "launch_plugin_kwargs", "launched_with_fsdp", "plu
 
 KEY_TO_ARGUMENT = {
     "fsdp_version": "fsdp_version",
-    "fsdp_sharding_strategy": "reshard_after_forward",  # version 1: a strategy (not deprecated)
+    "fsdp_sharding_strategy": "sharding_strategy",
     "fsdp_reshard_after_forward": "reshard_after_forward",
     "fsdp_auto_wrap_policy": "auto_wrap_policy",
     "fsdp_transformer_layer_cls_to_wrap": "transformer_cls_names_to_wrap",
@@ -55,6 +55,8 @@ def plugin_kwargs(config: Mapping[str, Any], to_fsdp2: bool = False) -> dict[str
     if "fsdp_sharding_strategy" in values:  # the strategy wins over a version-1 reshard value
         values.pop("fsdp_reshard_after_forward", None)
     kwargs = {KEY_TO_ARGUMENT[k]: v for k, v in values.items()}
+    if "sharding_strategy" in kwargs:  # a file's strategy is no deprecated plugin argument:
+        kwargs["reshard_after_forward"] = kwargs.pop("sharding_strategy")  # version 1's form
     names = kwargs.get("transformer_cls_names_to_wrap")
     if isinstance(names, str):
         kwargs["transformer_cls_names_to_wrap"] = [n.strip() for n in names.split(",")]
