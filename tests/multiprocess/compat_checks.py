@@ -171,14 +171,15 @@ def save_writes_once_and_profile_writes_one_trace_per_rank() -> None:
     save({"rank": dist.get_rank()}, path)
     accelerator.wait_for_everyone()
     assert sorted(os.listdir(directory)) == ["rank0.pt"]
+    accelerator.wait_for_everyone()  # every rank has looked before any writes more
     traces = os.path.join(directory, "traces")
     with accelerator.profile(ProfileKwargs(activities=["cpu"], output_trace_dir=traces)):
         torch.ones(8) @ torch.ones(8)
     assert sorted(os.listdir(traces)) == ["profile_0.json", "profile_1.json"]
 
 
+@check
 def ddp_kwargs_comm_hook_is_registered_and_used() -> None:
-    """Launched on its own (see test_compat_multiprocess.py)."""
     from nbaccel import DistributedDataParallelKwargs
 
     handler = DistributedDataParallelKwargs(comm_hook="fp16")  # bf16 needs NCCL

@@ -1,6 +1,7 @@
 """Accelerate's cross-process names on 2 real gloo ranks (one launch, one test per check):
 set_trigger / check_trigger, synchronize_rng_states, join_uneven_inputs,
-trigger_sync_in_backward, ParallelismConfig meshes, copy_tensor_to_devices, save, profile."""
+trigger_sync_in_backward, ParallelismConfig meshes, copy_tensor_to_devices, save, profile,
+DDP communication hooks."""
 
 from __future__ import annotations
 
@@ -29,12 +30,3 @@ def test_check(per_rank: list[dict[str, str]], name: str) -> None:
         if result.get(name) != "ok"
     ]
     assert not failures, "\n\n".join(failures)
-
-
-def test_ddp_kwargs_comm_hook_compresses_the_gradient_exchange() -> None:
-    notebook_launcher(
-        compat_checks.ddp_kwargs_comm_hook_is_registered_and_used,
-        num_processes=2,
-        start_method="fork",
-        timeout=120,
-    )

@@ -28,14 +28,14 @@ def _oom(batch_size: int, limit: int) -> None:
 def test_find_executable_batch_size_reduces_until_it_fits() -> None:
     tried: list[int] = []
 
-    @utils.find_executable_batch_size(starting_batch_size=128)
+    @utils.find_executable_batch_size(starting_batch_size=32)
     def train(batch_size: int, arg: str) -> tuple[int, str]:
         tried.append(batch_size)
-        _oom(batch_size, 60)
+        _oom(batch_size, 20)
         return batch_size, arg
 
-    expected, size = [128], 128
-    while size > 60:
+    expected, size = [32], 32
+    while size > 20:
         size = int(size * 0.9)
         expected.append(size)
     assert train("x") == (expected[-1], "x")
