@@ -62,8 +62,17 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.device = device
         self.device_placement = device_placement
         self.gradient_state = GradientState()
-        self.step_was_skipped = False
+        self._is_overflow = False  # Accelerate's name: the fp16 scaler skipped the last step
         self._unscaled = False
+
+    @property
+    def step_was_skipped(self) -> bool:
+        """Whether the last step was skipped (fp16 gradients with inf / nan)."""
+        return self._is_overflow
+
+    @step_was_skipped.setter
+    def step_was_skipped(self, skipped: bool) -> None:
+        self._is_overflow = bool(skipped)
 
     # the wrapper shares the wrapped optimizer's attributes
     @property
@@ -131,7 +140,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             self.step_was_skipped = self.scaler.get_scale() < scale
         else:
             result = self.optimizer.step(closure) if closure else self.optimizer.step()
-            self.step_was_skipped = False
+            self._is_overflow = False  # Accelerate's name: the fp16 scaler skipped the last step
         self._unscaled = False
         self._clear_autocast_cache()
         return result

@@ -24,6 +24,15 @@ __all__ = ["Preparer"]
 _DDP = nn.parallel.DistributedDataParallel
 
 
+def _mark(prepared: Any) -> Any:
+    """Flag ``prepared`` as Accelerate does (``_is_accelerate_prepared``)."""
+    try:
+        prepared._is_accelerate_prepared = True
+    except (AttributeError, TypeError):
+        pass
+    return prepared
+
+
 def _is_scheduler(obj: Any) -> bool:
     return isinstance(obj, torch.optim.lr_scheduler.LRScheduler) or (
         hasattr(obj, "step") and hasattr(obj, "optimizer") and hasattr(obj, "get_last_lr")
@@ -93,16 +102,16 @@ class Preparer:
                 result[i] = self._one(obj, places[i])
         for i, obj in enumerate(objects):
             if _is_scheduler(obj):
-                result[i] = self.scheduler(obj)
+                result[i] = _mark(self.scheduler(obj))
         return tuple(result)
 
     def _one(self, obj: Any, place: bool | None) -> Any:
         if isinstance(obj, nn.Module):
-            return self.model(obj, place)
+            return _mark(self.model(obj, place))
         if isinstance(obj, torch.optim.Optimizer):
-            return self.optimizer(obj, place)
+            return _mark(self.optimizer(obj, place))
         if isinstance(obj, DataLoader):
-            return self.data_loader(obj, place)
+            return _mark(self.data_loader(obj, place))
         return obj
 
     def _check_new(self, obj: Any, kind: str) -> None:
@@ -148,7 +157,12 @@ class Preparer:
     def model(
         self, model: nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False
     ) -> nn.Module:
-        """Move ``model`` to the device, add mixed precision, wrap it (DDP...), compile it."""
+        """Move ``model`` to the device, add mixed precision, wrap it (DDP...), compile it.
+
+        A model that this Accelerator prepared already comes back as it is (no double wrap).
+        """
+        if any(model is prepared for prepared in self.models):
+            return model
         self._check_new(model, "model")
         place = self.device_placement if device_placement is None else device_placement
         has_meta = any(t.is_meta for t in (*model.parameters(), *model.buffers()))

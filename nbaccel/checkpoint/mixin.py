@@ -94,13 +94,15 @@ class CheckpointingMixin:
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Save and load ``objects`` with the state (each needs state_dict / load_state_dict)."""
         invalid = [
-            obj
-            for obj in objects
+            (index, obj)
+            for index, obj in enumerate(objects)
             if not (callable(getattr(obj, "state_dict", None)))
             or not callable(getattr(obj, "load_state_dict", None))
         ]
         if invalid:
-            listed = "\n".join(f"- {type(obj).__name__}: {obj!r}"[:200] for obj in invalid)
+            listed = "\n".join(
+                f"- Item at index {i}, {type(obj).__name__}: {obj!r}"[:200] for i, obj in invalid
+            )
             raise ValueError(
                 "register_for_checkpointing: every object must have state_dict() and "
                 f"load_state_dict() methods; these do not:\n{listed}"

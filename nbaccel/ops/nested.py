@@ -114,11 +114,9 @@ def recursively_apply(
         return func(data, *args, **kwargs)
     if error_on_other_type:
         name = getattr(func, "__name__", repr(func))
-        raise TypeError(
-            f"{name} got a {type(data).__name__} ({_short_repr(data)}), which it cannot handle: "
-            f"only nested lists, tuples and dicts of objects that pass {test_type.__name__} are "
-            "supported. Convert it to a tensor first (torch.tensor(...)), or use gather_object "
-            "for plain Python objects."
+        raise TypeError(  # Accelerate's wording, which code may match
+            f"Unsupported types ({type(data)}) passed to `{name}`. Only nested list/tuple/dicts "
+            f"of objects that are valid for `{test_type.__name__}` should be passed."
         )
     return data
 

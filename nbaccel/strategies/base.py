@@ -39,7 +39,7 @@ class Strategy:
             inner = getattr(model, "_orig_mod", None)
             if isinstance(inner, nn.Module):
                 model = inner
-            elif isinstance(model, nn.parallel.DistributedDataParallel):
+            elif isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
                 model = model.module
             else:
                 return model

@@ -149,7 +149,8 @@ def resolve_log_with(log_with: Any, logging_dir: str | os.PathLike[str] | None) 
             cls = tracker_class(name)
             if cls.requires_logging_directory and logging_dir is None:
                 raise ValueError(
-                    f"log_with={name!r} writes files and needs a directory: pass "
+                    f"Logging with `{name}` requires a `logging_dir` (log_with={name!r} writes "
+                    "files): pass "
                     "Accelerator(project_dir=...) or project_config=ProjectConfiguration("
                     "logging_dir=...)."
                 )

@@ -109,9 +109,12 @@ def test_an_object_prepared_twice_is_refused() -> None:
     model, optimizer, loader = tiny(), None, DataLoader(range(4))
     optimizer = sgd(model)
     p_model, p_opt, p_loader = acc.prepare(model, optimizer, loader)
-    for again in (model, p_model, optimizer, p_opt, loader, p_loader):
+    for again in (optimizer, p_opt, loader, p_loader):
         with pytest.raises(ValueError, match="already prepared"):
             acc.prepare(again)
+    # a prepared model comes back as it is, as in Accelerate (never wrapped twice)
+    assert acc.prepare(p_model) is p_model and acc._models == [p_model]
+    assert all(o._is_accelerate_prepared for o in (p_model, p_opt, p_loader))
 
 
 def test_an_optimizer_of_another_model_is_a_warning_naming_both() -> None:

@@ -150,6 +150,10 @@ def test_torch_dynamo_plugin_reads_the_launch_variables(monkeypatch: pytest.Monk
     assert plugin.fullgraph is True and plugin.dynamic is False
     assert plugin.use_regional_compilation is True
     assert plugin.to_kwargs() == AccelerateDynamoPlugin().to_kwargs()
+    from nbaccel import Accelerator
+
+    launched = Accelerator().state.dynamo_plugin  # what a launched script's Accelerator uses
+    assert launched is not None and launched.to_kwargs() == plugin.to_kwargs()
     assert TorchDynamoPlugin(backend="eager", fullgraph=False).to_kwargs()["backend"] == "eager"
     monkeypatch.setenv("ACCELERATE_DYNAMO_USE_FULLGRAPH", "maybe")
     with pytest.raises(ValueError, match="ACCELERATE_DYNAMO_USE_FULLGRAPH"):

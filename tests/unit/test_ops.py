@@ -64,7 +64,13 @@ def test_recursively_apply_other_types() -> None:
     data = {"t": torch.ones(1), "name": "x", "n": 3}
     out = recursively_apply(lambda t: t + 1, data)
     assert out["name"] == "x" and out["n"] == 3 and out["t"].item() == 2
-    with pytest.raises(TypeError, match=r"got a str \('x'\)"):
+    with pytest.raises(TypeError) as raised:
+        recursively_apply(torch.tensor, (torch.tensor(1), 1), error_on_other_type=True)
+    assert str(raised.value) == (  # Accelerate's exact wording
+        "Unsupported types (<class 'int'>) passed to `tensor`. Only nested list/tuple/dicts of "
+        "objects that are valid for `is_torch_tensor` should be passed."
+    )
+    with pytest.raises(TypeError, match=r"Unsupported types \(<class 'str'>\)"):
         recursively_apply(lambda t: t, data, error_on_other_type=True)
     out = recursively_apply(str.upper, ["a", ("b",)], test_type=lambda o: isinstance(o, str))
     assert out == ["A", ("B",)]
