@@ -151,10 +151,7 @@ class LaunchPlan:
             return self._results(outcome, specs, first_rank, watch)
         finally:
             if watch is not None:
-                watch.announce_left()
-                if config.node_rank == meeting.store_node:  # type: ignore[union-attr]
-                    watch.linger(min(config.node_timeout, 15.0))
-                watch.release()
+                _leave(watch, meeting)
 
     def _on_wait(self, stop: threading.Event, watch: NodeWatch | None) -> None:
         if watch is not None:
@@ -271,11 +268,19 @@ def _watch(meeting: Meeting, attempt: int, stop: threading.Event) -> NodeWatch:
     )
 
 
+def _leave(watch: NodeWatch, meeting: Meeting | None) -> None:
+    """Tell the others this machine is done; the store's host waits for them to read it."""
+    watch.announce_left()
+    if meeting is not None and meeting.config.node_rank == meeting.store_node:
+        watch.linger(min(meeting.config.node_timeout, 15.0))
+    watch.release()
+
+
 def _blame_machine(watch: NodeWatch, cause: RankFate) -> None:
     """Raise another machine's failure when this machine's ranks only saw its symptoms;
     otherwise tell the other machines which rank here failed."""
     symptom = cause.error is None or cause.error.looks_like_peer_loss
-    remote = watch.remote_failure(within=5.0 if symptom else 0.0)
+    remote = watch.remote_failure(within=5.0 if symptom and watch.alive() else 0.0)
     if symptom and remote is not None:
         raise remote from None
     summary = f"{cause.error.type_name}: {cause.error.message}" if cause.error else cause.describe()

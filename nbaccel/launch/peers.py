@@ -135,11 +135,18 @@ class NodeWatch:
         with contextlib.suppress(Exception):
             self.store.set(f"{self.prefix}/left{self.node_rank}", "1")
 
+    def alive(self) -> list[int]:
+        """The other machines heard from lately (a dead machine will publish nothing more)."""
+        recent = time.monotonic() - max(3 * self.interval, 2.0)
+        return [other for other, last in self._seen.items() if last >= recent]
+
     def linger(self, seconds: float) -> None:
-        """Machine 0: keep the store up until every machine has read what it needs."""
-        keys = [f"{self.prefix}/left{n}" for n in range(self.num_nodes)]
-        with contextlib.suppress(Exception):
-            self.store.wait(keys, timedelta(seconds=seconds))
+        """The store's host: keep the store up until the machines still alive have read what
+        they need (and said they are done)."""
+        keys = [f"{self.prefix}/left{n}" for n in self.alive()]
+        if keys:
+            with contextlib.suppress(Exception):
+                self.store.wait(keys, timedelta(seconds=seconds))
 
     def remote_failure(self, within: float) -> RemoteRankError | None:
         """A failure another machine published (waiting up to ``within`` s for one)."""
