@@ -130,7 +130,7 @@ class ParameterMoves:
 
     def record(self, before: list[nn.Parameter], model: nn.Module) -> None:
         """Remember which of ``before`` (``model``'s parameters before a move) were replaced."""
-        for old, new in zip(before, model.parameters(), strict=True):
+        for old, new in zip(before, model.parameters(), strict=False):
             if old is not new:
                 self._moves[id(old)] = (old, new)
 

@@ -1,37 +1,50 @@
 #!/usr/bin/env bash
 # Builds the xla test tier's own virtual environment: torch 2.9.0 with the real torch-xla 2.9.0
 # (the newest pair on the package index; torch 2.9.0 comes as its CUDA build, ~7 GB), nbaccel's
-# base dependencies and the test runner. It is kept apart from the main environment (whose
-# torch is another release) in a fixed path outside the repository, so that later runs on the
-# same machine reuse it; a venv left half-built, or built from another list, is built again.
+# base dependencies, the test runner and a Jupyter kernel. It is kept apart from the main
+# environment (whose torch is another release) in a fixed path outside the repository, so that
+# later runs on the same machine reuse it. A venv left half-built, or built for another Python
+# or torch pair, is built again; a change to the light packages only installs those.
 # nbaccel itself is not installed there: the tier puts the checkout on PYTHONPATH.
 # Prints the venv's python on stdout (everything else goes to stderr).
 set -euo pipefail
 
 VENV="${NBACCEL_XLA_VENV:-${HOME}/.cache/nbaccel/xla-venv}"
-REQUIREMENTS=(
-  "torch==2.9.0" "torch-xla==2.9.0"
+HEAVY=("torch==2.9.0" "torch-xla==2.9.0")
+LIGHT=(
   "cloudpickle>=2.0" "safetensors>=0.4" "PyYAML>=6.0" "tqdm>=4.60" "psutil>=5.9" "numpy>=1.23"
-  "pytest>=7.4" "pytest-timeout>=2.2"
+  "pytest>=7.4" "pytest-timeout>=2.2" "ipykernel>=6.20" "jupyter_client>=8.0"
 )
-STAMP="${VENV}/.nbaccel-complete"
-WANT="$(python -c 'import sys; print(sys.version.split()[0])') ${REQUIREMENTS[*]}"
+HEAVY_STAMP="${VENV}/.nbaccel-complete"
+LIGHT_STAMP="${VENV}/.nbaccel-light"
+WANT_HEAVY="$(python -c 'import sys; print(sys.version.split()[0])') ${HEAVY[*]}"
+WANT_LIGHT="${LIGHT[*]}"
+
+install() {  # pip's notes about this machine's local package folders are left out of the log
+  "${VENV}/bin/python" -m pip install --quiet --no-input "$@" 2>&1 \
+    | { grep -v "is ignored: it is neither a file nor a directory" || true; } >&2
+}
 
 mkdir -p "$(dirname "${VENV}")"
 exec 9>"${VENV}.lock"  # two runs on one machine: the second waits for the first's build
 flock -w 1800 9
 
-if [ -f "${STAMP}" ] && [ "$(cat "${STAMP}")" = "${WANT}" ] && "${VENV}/bin/python" -c ""; then
+start=${SECONDS}
+if [ -f "${HEAVY_STAMP}" ] && [ "$(cat "${HEAVY_STAMP}")" = "${WANT_HEAVY}" ] \
+  && "${VENV}/bin/python" -c ""; then
   echo "xla venv: reusing ${VENV}" >&2
 else
-  echo "xla venv: building ${VENV} (torch 2.9.0 + torch-xla 2.9.0, a few minutes)" >&2
-  start=${SECONDS}
+  echo "xla venv: building ${VENV} (torch 2.9.0 + torch-xla 2.9.0, several minutes)" >&2
   rm -rf "${VENV}"
   python -m venv "${VENV}"
-  # pip's notes about this machine's local package folders are left out of the log
-  "${VENV}/bin/python" -m pip install --quiet --no-input "${REQUIREMENTS[@]}" 2>&1 \
-    | { grep -v "is ignored: it is neither a file nor a directory" || true; } >&2
-  printf '%s' "${WANT}" > "${STAMP}"  # last: an interrupted build is never taken as complete
-  echo "xla venv: built in $((SECONDS - start))s" >&2
+  install "${HEAVY[@]}" "${LIGHT[@]}"
+  printf '%s' "${WANT_LIGHT}" > "${LIGHT_STAMP}"
+  printf '%s' "${WANT_HEAVY}" > "${HEAVY_STAMP}"  # last: a half-built venv is never reused
 fi
+if [ ! -f "${LIGHT_STAMP}" ] || [ "$(cat "${LIGHT_STAMP}")" != "${WANT_LIGHT}" ]; then
+  echo "xla venv: installing ${LIGHT[*]}" >&2
+  install "${LIGHT[@]}"
+  printf '%s' "${WANT_LIGHT}" > "${LIGHT_STAMP}"
+fi
+echo "xla venv: ready after $((SECONDS - start))s" >&2
 echo "${VENV}/bin/python"
