@@ -46,17 +46,35 @@ def _site_dirs() -> list[str]:
     return [entry for entry in sys.path if entry in known and os.path.isdir(entry)]
 
 
-DEPENDENCIES = ("torch", "numpy", "sklearn", "safetensors", "cloudpickle")
+# import name -> distribution name: what the README's commands install and use
+DEPENDENCIES = {
+    "torch": "torch",
+    "numpy": "numpy",
+    "sklearn": "scikit-learn",
+    "safetensors": "safetensors",
+    "cloudpickle": "cloudpickle",
+    "nbaccel": "nbaccel",
+}
+_LOCATE = """
+import importlib, importlib.metadata as metadata, json, sys
+names = json.loads(sys.argv[1])
+print(json.dumps({
+    name: [importlib.import_module(name).__file__, str(metadata.distribution(dist).locate_file(""))]
+    for name, dist in names.items()
+}))
+"""
 
 
-def _locations(python: str | Path, env: dict[str, str] | None = None) -> dict[str, str]:
-    """Where ``python`` imports each of :data:`DEPENDENCIES` from."""
-    code = (
-        "import importlib, json, sys; "
-        "print(json.dumps({n: importlib.import_module(n).__file__ for n in sys.argv[1:]}))"
-    )
+def _locations(python: str | Path, env: dict[str, str] | None = None) -> dict[str, list[str]]:
+    """Where ``python`` imports each of :data:`DEPENDENCIES` from, and where the installed
+    distribution's metadata lies (two environments can share a source tree but not that).
+    Run outside the repository, whose ``nbaccel.egg-info`` would be found first."""
     out = subprocess.run(
-        [str(python), "-c", code, *DEPENDENCIES], env=env, capture_output=True, text=True
+        [str(python), "-c", _LOCATE, json.dumps(DEPENDENCIES)],
+        cwd=Path(python).anchor,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return dict(json.loads(out.stdout))
