@@ -68,6 +68,17 @@ _ADAPTER_OPTIONS = (
 )
 
 
+# How a loader built from DataLoader arguments (Accelerate's constructors) is made: by
+# ``prepare_data_loader``, which registers itself here when ``.prepare`` is imported (it builds
+# the loaders of this module, so this module cannot import it).
+_BUILDERS: dict[str, Callable[..., Any]] = {}
+
+
+def register_loader_builder(build: Callable[..., Any]) -> None:
+    """Set the function that builds a one-process prepared loader from a ``DataLoader``."""
+    _BUILDERS["prepare"] = build
+
+
 class PreparedLoaderMixin:
     """Epochs, seeding, state, GradientState registration and look-ahead for prepared loaders.
 
@@ -170,10 +181,8 @@ class PreparedLoaderMixin:
         """Build the loader as Accelerate's constructor does, from ``DataLoader`` arguments:
         one process's loader (``prepare_data_loader`` with one process), ``device`` for its
         batches."""
-        from .prepare import prepare_data_loader
-
         options = {k: dataloader_kwargs.pop(k) for k in _ADAPTER_OPTIONS if k in dataloader_kwargs}
-        built = prepare_data_loader(
+        built = _BUILDERS["prepare"](
             DataLoader(dataset, **dataloader_kwargs),
             device=device,
             num_processes=1,

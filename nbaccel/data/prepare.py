@@ -16,7 +16,14 @@ from ..enums import RNGType
 from ..state import PartialState
 from .configuration import DataLoaderConfiguration
 from .dispatch import DataLoaderDispatcher
-from .loaders import DataLoaderShard, LoaderPosition, LoaderSettings, PreparedLoaderMixin, Reseeder
+from .loaders import (
+    DataLoaderShard,
+    LoaderPosition,
+    LoaderSettings,
+    PreparedLoaderMixin,
+    Reseeder,
+    register_loader_builder,
+)
 from .samplers import BatchSamplerShard, SeedableRandomSampler
 from .shards import IterableDatasetShard
 
@@ -343,3 +350,6 @@ def prepare_data_loader(
     assert batch_sampler is not None
     shard_sampler = BatchSamplerShard(batch_sampler, n, index, split_batches, even_batches)
     return DataLoaderShard(dataset, loader_kwargs=kwargs, shard_sampler=shard_sampler, **common)
+
+
+register_loader_builder(prepare_data_loader)

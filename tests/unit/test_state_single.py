@@ -400,11 +400,24 @@ def test_gradient_state_rejects_non_plugin() -> None:
         GradientState(gradient_accumulation_plugin={"num_steps": 2})  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("name", [n for n in GRADIENT_ATTRIBUTES if n != "initialized"])
+@pytest.mark.parametrize(
+    "name", [n for n in GRADIENT_ATTRIBUTES if n not in ("initialized", "sync_gradients")]
+)
 def test_gradient_state_attributes_are_read_only(name: str) -> None:
     state = GradientState()
     with pytest.raises(AttributeError):
         setattr(state, name, getattr(state, name))
+
+
+def test_gradient_state_sync_gradients_is_settable_and_shared() -> None:
+    """As in Accelerate: code may set ``sync_gradients``; every view sees the new value."""
+    state = GradientState()
+    before = state.sync_gradients
+    try:
+        state.sync_gradients = not before
+        assert GradientState().sync_gradients is (not before)
+    finally:
+        state.sync_gradients = before
 
 
 def test_gradient_state_xla_flag_is_settable_and_shared() -> None:
