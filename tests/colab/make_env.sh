@@ -31,6 +31,9 @@ python -m venv "${ENV_DIR}"
 PY="${ENV_DIR}/bin/python"
 "${PY}" -m pip install -q --disable-pip-version-check "${TORCH}" "${PINS[@]}"
 "${PY}" -m pip freeze --all > "${ENV_DIR}/before.txt"
+# What installing nbaccel would change, shown in the log: new packages only.
+"${PY}" -m pip install --disable-pip-version-check --dry-run -e ".[notebook,examples]" 2>&1 \
+  | grep -E "^(Would install|ERROR)" || true
 # What a user runs on Colab (notebooks/*.ipynb's install cell), from this checkout.
 "${PY}" -m pip install --disable-pip-version-check -e ".[notebook,examples]" \
   > "${ENV_DIR}/install.log" 2>&1 || { cat "${ENV_DIR}/install.log"; exit 1; }
