@@ -400,11 +400,21 @@ def test_gradient_state_rejects_non_plugin() -> None:
         GradientState(gradient_accumulation_plugin={"num_steps": 2})  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("name", [n for n in GRADIENT_ATTRIBUTES if n != "initialized"])
+@pytest.mark.parametrize(
+    "name", [n for n in GRADIENT_ATTRIBUTES if n not in ("initialized", "sync_gradients")]
+)
 def test_gradient_state_attributes_are_read_only(name: str) -> None:
     state = GradientState()
     with pytest.raises(AttributeError):
         setattr(state, name, getattr(state, name))
+
+
+def test_gradient_state_sync_gradients_is_settable_and_shared() -> None:
+    """As in Accelerate (Accelerator.sync_gradients sets it too)."""
+    GradientState().sync_gradients = False
+    assert GradientState().sync_gradients is False
+    GradientState().sync_gradients = True
+    assert GradientState().sync_gradients is True
 
 
 def test_gradient_state_xla_flag_is_settable_and_shared() -> None:
