@@ -102,7 +102,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         for finder in sys.meta_path:
             if finder is self:
                 continue
-            spec = finder.find_spec(fullname, path, target)  # type: ignore[attr-defined]
+            spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 spec.loader = _Wrapping(spec.loader)
                 return spec

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import gc
-import pickle
-import warnings
 import weakref
 from typing import Any
 
@@ -15,8 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import nbaccel
 import nbaccel.utils
-from nbaccel import Accelerator, GradientAccumulationPlugin, GradScalerKwargs, TorchDynamoPlugin
-from nbaccel.modeling import recompiled
+from nbaccel import Accelerator, GradientAccumulationPlugin, GradScalerKwargs
 from nbaccel.optim import AcceleratedOptimizer, AcceleratedScheduler
 from nbaccel.testing import reset_state
 
@@ -115,23 +112,6 @@ def test_an_object_prepared_twice_is_refused() -> None:
     # a prepared model comes back as it is, as in Accelerate (never wrapped twice)
     assert acc.prepare(p_model) is p_model and acc._models == [p_model]
     assert all(o._is_accelerate_prepared for o in (p_model, p_opt, p_loader))
-
-
-def test_an_optimizer_of_another_model_is_a_warning_naming_both() -> None:
-    acc = Accelerator()
-    model, other = tiny(), tiny(1)
-    match = r"optimizer SGD holds none of the parameters.*\(Sequential\).*model.parameters\(\)"
-    with pytest.warns(UserWarning, match=match) as caught:
-        prepared, optimizer = acc.prepare(model, sgd(other))
-    assert caught[0].filename == __file__  # points at the prepare() call
-    assert acc._models == [prepared] and isinstance(optimizer, AcceleratedOptimizer)
-    before = [p.detach().clone() for p in prepared.parameters()]
-    acc.backward(prepared(torch.ones(2, 3)).sum())
-    optimizer.step()  # steps the other model's (gradient-free) parameters: nothing changes
-    assert all(torch.equal(a, b) for a, b in zip(before, prepared.parameters(), strict=True))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        acc.prepare(sgd(model))  # an optimizer of the prepared model: no warning
 
 
 def test_prepared_loader_keeps_the_dataset_and_counts_batches() -> None:
@@ -396,67 +376,6 @@ def test_unwrap_model_keep_fp32_wrapper() -> None:
     plain = acc.unwrap_model(prepared, keep_fp32_wrapper=False)
     assert plain is model
     assert plain(torch.ones(1, 3)).dtype == torch.float32 and seen[-1] == torch.float32
-
-
-def test_unwrap_model_keep_torch_compile() -> None:
-    """As in Accelerate: a compiled model stays compiled around the user's model unless
-    ``keep_torch_compile=False``; the prepared model is never modified."""
-    acc = Accelerator()
-    model = tiny()
-    compiled = torch.compile(model, backend="eager")
-    prepared = acc.prepare(compiled)
-    assert acc.unwrap_model(prepared) is prepared and prepared._orig_mod is model
-    assert acc.unwrap_model(prepared, keep_torch_compile=False) is model
-    outer = torch.compile(nn.Sequential(model), backend="eager")  # compiled around a wrapper
-    rebuilt = recompiled(outer, model)
-    assert rebuilt is not outer and rebuilt._orig_mod is model and outer._orig_mod[0] is model
-    assert rebuilt(torch.ones(2, 3)).shape == (2, 1)
-
-
-class _Layers(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList([nn.Linear(3, 3) for _ in range(3)])
-        self.head = nn.Linear(3, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = torch.tanh(layer(x))
-        return self.head(x)
-
-
-def test_regional_compilation_compiles_each_block() -> None:
-    torch._dynamo.reset()
-    model, x = _Layers(), torch.randn(2, 3)
-    expected = model(x)
-    plugin = TorchDynamoPlugin(backend="eager", use_regional_compilation=True)
-    acc = Accelerator(dynamo_plugin=plugin)
-    prepared = acc.prepare(model)
-    compiled = torch._dynamo.eval_frame.OptimizedModule
-    assert all(isinstance(block, compiled) for block in prepared.layers)
-    assert isinstance(prepared.head, compiled) and not isinstance(model.layers[0], compiled)
-    torch.testing.assert_close(prepared(x), expected)
-    assert acc.unwrap_model(prepared) is model
-    torch._dynamo.reset()
-
-
-def test_sync_gradients_is_settable_and_optimizer_pickles() -> None:
-    acc = Accelerator()
-    model = tiny()
-    model, optimizer = acc.prepare(model, sgd(model, lr=0.25))
-    acc.sync_gradients = False
-    assert acc.gradient_state.sync_gradients is False and acc.sync_gradients is False
-    before = [p.detach().clone() for p in model.parameters()]
-    acc.backward(model(torch.ones(2, 3)).sum())
-    optimizer.step()  # not a synchronising step: no update, as the flag says
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
-    acc.gradient_state.sync_gradients = True
-    assert acc.sync_gradients is True
-    copy = pickle.loads(pickle.dumps(optimizer))
-    assert isinstance(copy, AcceleratedOptimizer) and copy.param_groups[0]["lr"] == 0.25
-    assert copy.state_dict()["param_groups"] == optimizer.state_dict()["param_groups"]
-    scheduler = acc.prepare(halving(optimizer.optimizer))
-    assert pickle.loads(pickle.dumps(scheduler)).get_last_lr() == [0.25]
 
 
 # --- clipping --------------------------------------------------------------------------------
