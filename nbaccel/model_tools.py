@@ -15,6 +15,7 @@ from torch import nn
 
 from .environment.availability import is_peft_available
 from .environment.patching import parse_flag_from_env
+from .modeling import compile_regions
 from .precision import Precision
 
 __all__ = [
@@ -114,36 +115,6 @@ def extract_model_from_parallel(
             compiled.__dict__["_orig_mod"] = model
         return compiled
     return model
-
-
-def _has_repeated_blocks(module: nn.Module) -> bool:
-    return any(
-        isinstance(child, nn.ModuleList) and len({type(m) for m in child}) == 1 and len(child) > 1
-        for child in module.modules()
-    )
-
-
-def _compile_regions(module: nn.Module, **compile_kwargs: Any) -> nn.Module:
-    if isinstance(module, nn.ModuleList) and len({type(m) for m in module}) == 1:
-        return nn.ModuleList([torch.compile(m, **compile_kwargs) for m in module])  # type: ignore[misc]
-    if not _has_repeated_blocks(module):
-        return torch.compile(module, **compile_kwargs)  # type: ignore[return-value]
-    copy = module.__class__.__new__(module.__class__)
-    copy.__dict__.update(module.__dict__)
-    copy._modules = {}
-    for name, child in module.named_children():
-        copy.add_module(name, _compile_regions(child, **compile_kwargs))
-    return copy
-
-
-def compile_regions(module: nn.Module, **compile_kwargs: Any) -> nn.Module:
-    """Compile the repeated blocks (``ModuleList`` of one layer type) one by one instead of
-    the whole model: much shorter compile times for transformer stacks. The original module
-    stays reachable as ``result._orig_mod`` (``extract_model_from_parallel`` returns it)."""
-    compiled = _compile_regions(module, **compile_kwargs)
-    if "_orig_mod" not in compiled.__dict__:
-        compiled.__dict__["_orig_mod"] = module
-    return compiled
 
 
 def is_peft_model(model: nn.Module) -> bool:

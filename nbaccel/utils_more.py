@@ -27,6 +27,10 @@ from .constants import (
     WEIGHTS_PATTERN_NAME,
     XPU_PROFILING_AVAILABLE_PYTORCH_VERSION,
 )
+from .data.rng import (
+    synchronize_rng_state,
+    synchronize_rng_states,
+)
 from .enums import (
     ComputeEnvironment,
     CustomDtype,
@@ -152,10 +156,6 @@ from .process_control import (
 )
 from .profiling import (
     ProfileKwargs,
-)
-from .rng_sync import (
-    synchronize_rng_state,
-    synchronize_rng_states,
 )
 from .tracking import (
     is_comet_ml_available,

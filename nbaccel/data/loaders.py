@@ -227,7 +227,9 @@ class PreparedLoaderMixin:
         """
         position, settings = self._position, self._settings
         if settings.rng_types and settings.num_processes > 1:
-            synchronize_rng_states(settings.rng_types, settings.synchronized_generator)
+            synchronize_rng_states(
+                settings.rng_types, settings.synchronized_generator, strict=False
+            )
         for reseed in self._reseeders:
             reseed(position.seed, position.epoch)
         if settings.user_generator is None:
