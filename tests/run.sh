@@ -43,8 +43,8 @@ COLAB_TESTS=(
 )
 
 tier unit 300 tests/unit
-tier multiprocess 600 tests/multiprocess
-tier notebook 600 tests/notebook
+tier multiprocess 900 tests/multiprocess
+tier notebook 900 tests/notebook
 # The notebook tests again, against the kernel of a Colab-like virtual environment (Colab's
 # Jupyter pins: docs/colab_kaggle.md), built once by tests/colab/make_env.sh and then reused.
 bash tests/colab/make_env.sh .venv-colab
