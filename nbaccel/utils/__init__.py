@@ -1,10 +1,10 @@
 """Re-exports only: the names user code imports from ``accelerate.utils``."""
 
-from .checkpoint import load_checkpoint_in_model
-from .config import write_basic_config
-from .data import DataLoaderConfiguration, skip_first_batches
-from .enums import DistributedType, DynamoBackend, LoggerType, PrecisionType, RNGType
-from .fsdp import (
+from ..checkpoint import load_checkpoint_in_model
+from ..config import write_basic_config
+from ..data import DataLoaderConfiguration, skip_first_batches
+from ..enums import DistributedType, DynamoBackend, LoggerType, PrecisionType, RNGType
+from ..fsdp import (
     FullyShardedDataParallelPlugin,
     disable_fsdp_ram_efficient_loading,
     enable_fsdp_ram_efficient_loading,
@@ -13,16 +13,16 @@ from .fsdp import (
     fsdp2_prepare_model,
     fsdp2_switch_optimizer_parameters,
 )
-from .fsdp.merge import merge_fsdp_weights
-from .kwargs_handlers import (
+from ..fsdp.merge import merge_fsdp_weights
+from ..kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
     GradScalerKwargs,
     InitProcessGroupKwargs,
     KwargsHandler,
 )
-from .modeling import find_tied_parameters, retie_parameters
-from .ops import (
+from ..modeling import find_tied_parameters, retie_parameters
+from ..ops import (
     broadcast,
     broadcast_object_list,
     concatenate,
@@ -39,9 +39,9 @@ from .ops import (
     send_to_device,
     slice_tensors,
 )
-from .plugins import GradientAccumulationPlugin, ProjectConfiguration, TorchDynamoPlugin
-from .seeding import set_seed
-from .tracking import (
+from ..plugins import GradientAccumulationPlugin, ProjectConfiguration, TorchDynamoPlugin
+from ..seeding import set_seed
+from ..tracking import (
     CometMLTracker,
     GeneralTracker,
     JSONLTracker,
@@ -49,8 +49,8 @@ from .tracking import (
     TensorBoardTracker,
     WandBTracker,
 )
-from .utils_more import *  # noqa: F403  (the rest of accelerate.utils)
-from .utils_more import __all__ as _more_names
+from ..utils_more import *  # noqa: F403  (the rest of accelerate.utils)
+from ..utils_more import __all__ as _more_names
 
 __all__ = [
     "AutocastKwargs",
