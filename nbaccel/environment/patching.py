@@ -8,7 +8,7 @@ import logging
 import os
 import platform
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from packaging.version import Version
@@ -35,15 +35,19 @@ _LOGGER = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def patch_environment(**kwargs: Any) -> Iterator[None]:
-    """Context: set each keyword (name upper-cased, value as ``str``) in ``os.environ``; on
-    exit restore the previous values and remove the names that were not set before."""
-    saved = {}
-    for key, value in kwargs.items():
-        key = key.upper()
-        saved[key] = os.environ.get(key)
-        os.environ[key] = str(value)
+def temporary_environment(changes: Mapping[str, str | None]) -> Iterator[None]:
+    """Set (or, for None values, remove) variables, and put back exactly what was there.
+
+    Used where the launched processes inherit the launcher's environment (the TPU spawn,
+    torch's elastic agent) and for the one process that runs in the kernel itself.
+    """
+    saved = {key: os.environ.get(key) for key in changes}
     try:
+        for key, value in changes.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         yield
     finally:
         for key, old in saved.items():
@@ -51,6 +55,14 @@ def patch_environment(**kwargs: Any) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = old
+
+
+@contextlib.contextmanager
+def patch_environment(**kwargs: Any) -> Iterator[None]:
+    """Context: set each keyword (name upper-cased, value as ``str``) in ``os.environ``; on
+    exit restore the previous values and remove the names that were not set before."""
+    with temporary_environment({key.upper(): str(value) for key, value in kwargs.items()}):
+        yield
 
 
 @contextlib.contextmanager
