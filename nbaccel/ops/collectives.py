@@ -98,14 +98,14 @@ def _gather_fused(tensors: list[torch.Tensor], ctx: Context) -> list[torch.Tenso
     return results
 
 
-def gather(data: Any) -> Any:
-    """Gather the tensors of nested ``data`` from every process, concatenated along dim 0.
+def gather(tensor: Any) -> Any:
+    """Gather the tensors of nested ``tensor`` from every process, concatenated along dim 0.
 
     0-d tensors become 1-d first, so a scalar per process gives a vector with one value per
-    process, in process order. On one process ``data`` is returned unchanged.
+    process, in process order. On one process ``tensor`` is returned unchanged.
 
     Args:
-        data: a tensor, or nested lists / tuples / dicts of tensors; the same shapes and dtypes
+        tensor: a tensor, or nested lists / tuples / dicts of tensors; the same shapes and dtypes
             on every process (pad with :func:`pad_across_processes` where sizes differ).
 
     Returns:
@@ -118,18 +118,18 @@ def gather(data: Any) -> Any:
     """
     ctx = context()
     if not ctx.distributed:
-        tensor_leaves("gather", data, None)
-        return data
+        tensor_leaves("gather", tensor, None)
+        return tensor
     check = same_shape_and_dtype(gather_hint)
     if ctx.is_xla:
         import torch_xla.core.xla_model as xm
 
-        tensors, _ = agree("gather", data, ctx, check)
+        tensors, _ = agree("gather", tensor, ctx, check)
         gathered = [
             xm.all_gather((t.reshape(1) if t.ndim == 0 else t).contiguous()) for t in tensors
         ]
         xm.mark_step()
-        return rebuild(data, gathered)
+        return rebuild(tensor, gathered)
     packed: list[list[int]] = []
 
     def pack(leaves: list[torch.Tensor]) -> tuple[list[int], torch.Tensor | None]:
@@ -138,7 +138,7 @@ def gather(data: Any) -> Any:
         return chosen, payload
 
     gloo = ctx.backend in (None, "gloo")
-    tensors, _, rows = agree_packed("gather", data, ctx, check, pack if gloo else None)
+    tensors, _, rows = agree_packed("gather", tensor, ctx, check, pack if gloo else None)
     results: list[Any] = [None] * len(tensors)
     if rows is not None:  # the small tensors came with the layout check
         _unpack_small(tensors, packed[0], rows, results)
@@ -149,28 +149,28 @@ def gather(data: Any) -> Any:
     else:
         for index in rest:
             results[index] = _gather_one(tensors[index], ctx)
-    return rebuild(data, results)
+    return rebuild(tensor, results)
 
 
-def gather_object(obj: Any) -> list[Any]:
+def gather_object(object: Any) -> list[Any]:
     """Gather a picklable object from every process.
 
     Returns:
         When every process passes a list or tuple: their elements, concatenated in process
         order. Otherwise the list of every process's object. On one process a list or tuple is
-        returned unchanged and any other object as ``[obj]``.
+        returned unchanged and any other object as ``[object]``.
     """
     ctx = context()
     if not ctx.distributed:
-        return obj if isinstance(obj, (list, tuple)) else [obj]  # type: ignore[return-value]
+        return object if isinstance(object, (list, tuple)) else [object]  # type: ignore[return-value]
     if ctx.is_xla:
         import torch_xla.core.xla_model as xm
 
-        gathered = list(xm.mesh_reduce("nbaccel.ops.gather_object", obj, list))
+        gathered = list(xm.mesh_reduce("nbaccel.ops.gather_object", object, list))
     else:
         exchange_ints([], ctx, "gather_object")  # fails at once if some are elsewhere
         gathered = [None] * ctx.num_processes
-        dist.all_gather_object(gathered, obj)
+        dist.all_gather_object(gathered, object)
     if all(isinstance(item, (list, tuple)) for item in gathered):
         return [element for item in gathered for element in item]
     return gathered
@@ -194,16 +194,16 @@ def _pad_one(
 
 
 def pad_across_processes(
-    data: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False
+    tensor: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False
 ) -> Any:
-    """Pad the tensors of nested ``data`` along ``dim`` to their largest size on any process.
+    """Pad the tensors of nested ``tensor`` along ``dim`` to their largest size on any process.
 
     After this, :func:`gather` works on tensors whose size along ``dim`` differed. Tensors with
     fewer than ``dim + 1`` dimensions are left as they are; negative ``dim`` counts from the
-    end. On one process ``data`` is returned unchanged.
+    end. On one process ``tensor`` is returned unchanged.
 
     Args:
-        data: a tensor, or nested lists / tuples / dicts of tensors.
+        tensor: a tensor, or nested lists / tuples / dicts of tensors.
         dim: the dimension to pad.
         pad_index: the value written into the padding.
         pad_first: pad at the start instead of the end.
@@ -216,27 +216,27 @@ def pad_across_processes(
         raise TypeError(f"pad_across_processes(dim=...) must be an int, got {dim!r}.")
     if isinstance(pad_index, bool) or not isinstance(pad_index, (int, float)):
         raise TypeError(f"pad_across_processes(pad_index=...) must be a number, got {pad_index!r}.")
-    if isinstance(data, torch.Tensor) and data.is_nested:
+    if isinstance(tensor, torch.Tensor) and tensor.is_nested:
         warnings.warn(
             "pad_across_processes cannot pad a nested tensor; it is returned unchanged.",
             CannotPadNestedTensorWarning,
             stacklevel=2,
         )
-        return data
+        return tensor
     ctx = context()
     if not ctx.distributed:
-        tensor_leaves("pad_across_processes", data, None)
-        return data
-    tensors, layouts = agree("pad_across_processes", data, ctx, same_ndim)
+        tensor_leaves("pad_across_processes", tensor, None)
+        return tensor
+    tensors, layouts = agree("pad_across_processes", tensor, ctx, same_ndim)
     results = []
-    for i, tensor in enumerate(tensors):
-        axis = dim + tensor.ndim if dim < 0 else dim
-        if not 0 <= axis < tensor.ndim:
-            results.append(tensor)
+    for i, leaf in enumerate(tensors):
+        axis = dim + leaf.ndim if dim < 0 else dim
+        if not 0 <= axis < leaf.ndim:
+            results.append(leaf)
             continue
         size = max(layout.shape(i)[axis] for layout in layouts)
-        results.append(_pad_one(tensor, axis, size, pad_index, bool(pad_first)))
-    return rebuild(data, results)
+        results.append(_pad_one(leaf, axis, size, pad_index, bool(pad_first)))
+    return rebuild(tensor, results)
 
 
 # -- reduce ------------------------------------------------------------------------------------
@@ -248,11 +248,11 @@ def _finish_reduce(tensor: torch.Tensor, reduction: str, divisor: int, scale: fl
     return tensor * scale if scale != 1.0 else tensor
 
 
-def reduce(data: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
-    """Reduce the tensors of nested ``data`` over every process.
+def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
+    """Reduce the tensors of nested ``tensor`` over every process.
 
     Args:
-        data: a tensor, or nested lists / tuples / dicts of tensors; the same shapes and dtypes
+        tensor: a tensor, or nested lists / tuples / dicts of tensors; the same shapes and dtypes
             on every process.
         reduction: ``"sum"``, ``"mean"``, ``"max"``, ``"min"`` or ``"none"`` (as in Accelerate,
             ``"none"`` also sums; ``"min"`` is the element-wise minimum, where Accelerate
@@ -275,10 +275,10 @@ def reduce(data: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
         raise TypeError(f"reduce(scale=...) must be a number, got {scale!r}.")
     ctx = context()
     if not ctx.distributed:
-        tensors = [t for _, t in tensor_leaves("reduce", data, None)]
-        return rebuild(data, [_finish_reduce(t.clone(), reduction, 1, scale) for t in tensors])
+        tensors = [t for _, t in tensor_leaves("reduce", tensor, None)]
+        return rebuild(tensor, [_finish_reduce(t.clone(), reduction, 1, scale) for t in tensors])
     check = same_shape_and_dtype(lambda *_: "Pad it first with pad_across_processes.")
-    tensors, _ = agree("reduce", data, ctx, check)
+    tensors, _ = agree("reduce", tensor, ctx, check)
     clones = [t.clone() for t in tensors]
     if ctx.is_xla:
         import torch_xla.core.xla_model as xm
@@ -292,7 +292,7 @@ def reduce(data: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
         for clone in clones:
             dist.all_reduce(clone, op=_TORCH_OPS.get(reduction, dist.ReduceOp.SUM))
     results = [_finish_reduce(c, reduction, ctx.num_processes, scale) for c in clones]
-    return rebuild(data, results)
+    return rebuild(tensor, results)
 
 
 # -- broadcast ---------------------------------------------------------------------------------
@@ -310,11 +310,11 @@ def _broadcast_hint(from_process: int) -> Callable[[int, list[tuple[int, ...]]],
     return hint
 
 
-def broadcast(data: Any, from_process: int = 0) -> Any:
-    """Copy the tensors of nested ``data`` from process ``from_process`` to every process.
+def broadcast(tensor: Any, from_process: int = 0) -> Any:
+    """Copy the tensors of nested ``tensor`` from process ``from_process`` to every process.
 
-    With torch.distributed the tensors are overwritten in place and ``data`` is returned; on
-    XLA new tensors are returned. Use the return value either way. On one process ``data`` is
+    With torch.distributed the tensors are overwritten in place and ``tensor`` is returned; on
+    XLA new tensors are returned. Use the return value either way. On one process ``tensor`` is
     returned unchanged.
 
     Raises:
@@ -325,9 +325,9 @@ def broadcast(data: Any, from_process: int = 0) -> Any:
     ctx = context()
     source = check_process("broadcast", from_process, ctx)
     if not ctx.distributed:
-        tensor_leaves("broadcast", data, None)
-        return data
-    tensors, _ = agree("broadcast", data, ctx, same_shape_and_dtype(_broadcast_hint(source)))
+        tensor_leaves("broadcast", tensor, None)
+        return tensor
+    tensors, _ = agree("broadcast", tensor, ctx, same_shape_and_dtype(_broadcast_hint(source)))
     if ctx.is_xla:
         import torch_xla.core.xla_model as xm
 
@@ -335,13 +335,13 @@ def broadcast(data: Any, from_process: int = 0) -> Any:
             xm.mesh_reduce(f"nbaccel.ops.broadcast.{i}", t, lambda x: x[source])
             for i, t in enumerate(tensors)
         ]
-        return rebuild(data, results)
-    for tensor in tensors:
-        buffer = tensor if tensor.is_contiguous() else tensor.contiguous()
+        return rebuild(tensor, results)
+    for leaf in tensors:
+        buffer = leaf if leaf.is_contiguous() else leaf.contiguous()
         dist.broadcast(buffer, src=source)
-        if buffer is not tensor:
-            tensor.copy_(buffer)
-    return data
+        if buffer is not leaf:
+            leaf.copy_(buffer)
+    return tensor
 
 
 def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:

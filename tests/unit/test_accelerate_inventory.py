@@ -77,16 +77,8 @@ DIFFERS: dict[str, str] = {
 # Changed by the other parts of issue 20 (behaviour, FSDP config, collectives). Remove an
 # entry once its branch is merged and the entry passes.
 PENDING_BEHAVIOUR: dict[str, str] = {
-    "Accelerator:unwrap_model": "keep_torch_compile parameter (issue 20 section 4)",
-    "TorchDynamoPlugin": "None defaults read from ACCELERATE_DYNAMO_*, options/disable/"
-    "use_regional_compilation (issue 20 section 4)",
     "FullyShardedDataParallelPlugin": "activation_checkpointing_offload; xla/fsdp_group_size "
-    "keyword-only (issue 20 section 1 reworks the plugin's fields)",
-    "gather": "first parameter named tensor, as Accelerate (collectives: sections 2 and 6)",
-    "gather_object": "first parameter named object (collectives: sections 2 and 6)",
-    "reduce": "first parameter named tensor; max/min reductions (section 4)",
-    "broadcast": "first parameter named tensor (collectives: sections 2 and 6)",
-    "pad_across_processes": "first parameter named tensor (collectives: sections 2 and 6)",
+    "keyword-only (the plugin's fields follow the config keys)",
 }
 
 INVENTORY = load_inventory()
