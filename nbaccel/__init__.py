@@ -1,6 +1,14 @@
 """nbaccel: train PyTorch models on many processes, GPUs, machines or TPU cores from a notebook."""
 
 from .accelerator import Accelerator
+from .big_modeling import (  # present so imports work; calling one says what to use instead
+    cpu_offload,
+    cpu_offload_with_hook,
+    disk_offload,
+    dispatch_model,
+    infer_auto_device_map,
+    load_checkpoint_and_dispatch,
+)
 from .checkpoint import load_checkpoint_in_model
 from .config import write_basic_config
 from .data import DataLoaderConfiguration, skip_first_batches
@@ -86,4 +94,12 @@ __all__ += [
     "init_on_device",
     "is_rich_available",
     "synchronize_rng_states",
+]
+__all__ += [
+    "cpu_offload",
+    "cpu_offload_with_hook",
+    "disk_offload",
+    "dispatch_model",
+    "infer_auto_device_map",
+    "load_checkpoint_and_dispatch",
 ]

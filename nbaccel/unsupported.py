@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-__all__ = ["DeepSpeedPlugin", "MegatronLMPlugin"]
+__all__ = ["DeepSpeedPlugin", "FP8RecipeKwargs", "MegatronLMPlugin"]
 
 _INSTEAD = (
     "nbaccel does not run {engine}. For sharded training on one or many machines use FSDP: "
@@ -38,3 +38,15 @@ class MegatronLMPlugin(_Refused):
     raises ``NotImplementedError`` pointing to ``FullyShardedDataParallelPlugin``."""
 
     engine = "Megatron-LM"
+
+
+class FP8RecipeKwargs:
+    """Accelerate's fp8 recipe for Transformer Engine / MS-AMP. nbaccel runs neither:
+    constructing it raises ``NotImplementedError`` pointing to ``mixed_precision="fp8"``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(
+            "FP8RecipeKwargs configures Transformer Engine or MS-AMP fp8 recipes, which nbaccel "
+            'does not run. Use Accelerator(mixed_precision="fp8"): nbaccel trains in fp8 with '
+            "torchao's float8 linear layers (pip install torchao). See docs/compatibility.md."
+        )

@@ -1,6 +1,11 @@
 """Re-exports only: the rest of ``accelerate.utils``'s public names (``nbaccel.utils`` adds
 them to its own); see docs/compatibility.md for what each area supports."""
 
+from .big_modeling import (
+    get_state_dict_from_offload,
+    has_offloaded_params,
+    infer_auto_device_map,
+)
 from .checkpoint.simple import (
     convert_file_size_to_int,
     dtype_byte_size,
@@ -8,6 +13,10 @@ from .checkpoint.simple import (
     save,
 )
 from .constants import (
+    BETA_CP_AVAILABLE_PYTORCH_VERSION,
+    BETA_SP_AVAILABLE_DEEPSPEED_VERSION,
+    BETA_TP_AVAILABLE_PYTORCH_VERSION,
+    BETA_TP_AVAILABLE_TRANSFORMERS_VERSION,
     MITA_PROFILING_AVAILABLE_PYTORCH_VERSION,
     MODEL_NAME,
     OPTIMIZER_NAME,
@@ -165,10 +174,15 @@ from .tracking import (
 )
 from .unsupported import (
     DeepSpeedPlugin,
+    FP8RecipeKwargs,
     MegatronLMPlugin,
 )
 
 __all__ = [
+    "BETA_CP_AVAILABLE_PYTORCH_VERSION",
+    "BETA_SP_AVAILABLE_DEEPSPEED_VERSION",
+    "BETA_TP_AVAILABLE_PYTORCH_VERSION",
+    "BETA_TP_AVAILABLE_TRANSFORMERS_VERSION",
     "MITA_PROFILING_AVAILABLE_PYTORCH_VERSION",
     "MODEL_NAME",
     "OPTIMIZER_NAME",
@@ -193,6 +207,7 @@ __all__ = [
     "DDPCommunicationHookType",
     "DeepSpeedPlugin",
     "DeepSpeedSequenceParallelConfig",
+    "FP8RecipeKwargs",
     "MegatronLMPlugin",
     "ParallelismConfig",
     "ProfileKwargs",
@@ -221,9 +236,12 @@ __all__ = [
     "get_int_from_env",
     "get_module_children_bottom_up",
     "get_pretty_name",
+    "get_state_dict_from_offload",
     "has_compiled_regions",
+    "has_offloaded_params",
     "id_tensor_storage",
     "ignorant_find_batch_size",
+    "infer_auto_device_map",
     "init_empty_weights",
     "init_on_device",
     "initialize_tensors",

@@ -6,6 +6,7 @@ from .jsonl import JSONLTracker
 from .mixin import TrackingMixin
 from .mlflow import MLflowTracker
 from .progress import progress
+from .refused import AimTracker, ClearMLTracker, DVCLiveTracker, SwanLabTracker, TrackioTracker
 from .registry import (
     LOGGER_TYPE_TO_CLASS,
     available_trackers,
@@ -14,6 +15,7 @@ from .registry import (
     is_tensorboard_available,
     is_tracker_available,
     is_wandb_available,
+    register_tracker_class,
     resolve_log_with,
 )
 from .tensorboard import TensorBoardTracker
@@ -23,12 +25,17 @@ filter_trackers = resolve_log_with
 
 __all__ = [
     "LOGGER_TYPE_TO_CLASS",
+    "AimTracker",
+    "ClearMLTracker",
     "CometMLTracker",
+    "DVCLiveTracker",
     "GeneralTracker",
     "JSONLTracker",
     "MLflowTracker",
+    "SwanLabTracker",
     "TensorBoardTracker",
     "TrackingMixin",
+    "TrackioTracker",
     "WandBTracker",
     "available_trackers",
     "filter_trackers",
@@ -39,5 +46,6 @@ __all__ = [
     "is_wandb_available",
     "on_main_process",
     "progress",
+    "register_tracker_class",
     "resolve_log_with",
 ]

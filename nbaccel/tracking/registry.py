@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ __all__ = [
     "is_tensorboard_available",
     "is_tracker_available",
     "is_wandb_available",
+    "register_tracker_class",
     "resolve_log_with",
     "tracker_class",
 ]
@@ -45,14 +47,60 @@ _SPECS: dict[str, _Spec] = {
     "mlflow": _Spec(MLflowTracker, ("mlflow",), "mlflow", True),
     "comet_ml": _Spec(CometMLTracker, ("comet_ml",), "comet_ml", False, False),
 }
+_BUILT_IN = tuple(_SPECS)
 _NOT_BUILT_IN = ("aim", "clearml", "dvclive", "trackio", "swanlab")
 
 LOGGER_TYPE_TO_CLASS: dict[str, type[GeneralTracker]] = {n: s.cls for n, s in _SPECS.items()}
 
 
+def _key(name: str | LoggerType) -> str:
+    """A registered tracker's own name, or a built-in one's canonical name."""
+    if isinstance(name, str) and name in _SPECS:
+        return name
+    return str(LoggerType.parse(name, "log_with"))
+
+
+def register_tracker_class(tracker_class: type[GeneralTracker]) -> None:
+    """Make a ``GeneralTracker`` subclass usable by its ``name`` in ``log_with``, like the
+    built-in trackers (register it before building the ``Accelerator`` that uses it).
+
+    The class is built as ``tracker_class(project_name, **init_kwargs)``, with the logging
+    directory as second argument when ``requires_logging_directory`` is True. Registering a
+    name again replaces the earlier class, with a warning.
+
+    Raises:
+        ValueError: not a ``GeneralTracker`` subclass, an empty ``name``, or no
+            ``requires_logging_directory`` class attribute.
+    """
+    if not (isinstance(tracker_class, type) and issubclass(tracker_class, GeneralTracker)):
+        raise ValueError(
+            f"register_tracker_class needs a subclass of GeneralTracker, got {tracker_class!r}."
+        )
+    name = getattr(tracker_class, "name", None)
+    if not name or not isinstance(name, str):
+        raise ValueError(
+            f"{tracker_class.__name__} must define a non-empty `name` class attribute (the "
+            "name log_with uses)."
+        )
+    if "requires_logging_directory" not in dir(tracker_class):
+        raise ValueError(
+            f"{tracker_class.__name__} must define a `requires_logging_directory` class "
+            "attribute: True when it needs a logging directory, False otherwise."
+        )
+    if name in _SPECS:
+        warnings.warn(
+            f"A tracker named {name!r} is already registered; {tracker_class.__name__} "
+            "replaces it.",
+            stacklevel=2,
+        )
+    takes_dir = bool(tracker_class.requires_logging_directory)
+    _SPECS[name] = _Spec(tracker_class, (), "", takes_dir, in_extra=False)
+    LOGGER_TYPE_TO_CLASS[name] = tracker_class
+
+
 def is_tracker_available(name: str) -> bool:
     """True when the package that tracker ``name`` needs is installed (jsonl: always)."""
-    spec = _SPECS[str(LoggerType.parse(name, "log_with"))]
+    spec = _SPECS[_key(name)]
     return not spec.modules or any(importlib.util.find_spec(m) is not None for m in spec.modules)
 
 
@@ -78,7 +126,7 @@ def is_comet_ml_available() -> bool:
 
 def available_trackers() -> list[str]:
     """Names of the built-in trackers usable here, what ``log_with="all"`` means."""
-    return [name for name in _SPECS if is_tracker_available(name)]
+    return [name for name in _BUILT_IN if is_tracker_available(name)]
 
 
 def tracker_class(name: str | LoggerType) -> type[GeneralTracker]:
@@ -89,7 +137,7 @@ def tracker_class(name: str | LoggerType) -> type[GeneralTracker]:
         NotImplementedError: a documented tracker that nbaccel does not ship.
         ImportError: its package is not installed (the message names what to install).
     """
-    key = str(LoggerType.parse(name, "log_with"))
+    key = _key(name)
     if key == "all":
         raise ValueError('log_with="all" is not one tracker; resolve it with resolve_log_with.')
     if key in _NOT_BUILT_IN:
@@ -143,7 +191,7 @@ def resolve_log_with(log_with: Any, logging_dir: str | os.PathLike[str] | None) 
                 f"log_with entries must be tracker names, LoggerType members or GeneralTracker "
                 f"instances; got {type(item).__name__} ({item!r})."
             )
-        key = str(LoggerType.parse(item, "log_with"))
+        key = _key(item)
         names = available_trackers() if key == "all" else [key]
         for name in names:
             cls = tracker_class(name)

@@ -19,12 +19,11 @@ import nbaccel.utils
 OUT_OF_SCOPE: dict[str, str] = {
     "big-model inference and offloading (device maps, CPU/disk offload): nbaccel trains; load "
     "weights with load_checkpoint_in_model, infer with Accelerate or Transformers": (
-        "cpu_offload cpu_offload_with_hook disk_offload dispatch_model infer_auto_device_map "
-        "load_checkpoint_and_dispatch OffloadedWeightsLoader PrefixedDataset "
+        "OffloadedWeightsLoader PrefixedDataset "
         "align_module_device calculate_maximum_sizes check_device_map "
         "check_tied_parameters_in_config check_tied_parameters_on_same_device "
         "compute_module_sizes extract_submodules_state_dict get_balanced_memory "
-        "get_max_layer_size get_max_memory has_offloaded_params load_offloaded_weight "
+        "get_max_layer_size get_max_memory load_offloaded_weight "
         "load_offloaded_weights load_state_dict named_module_tensors offload_state_dict "
         "offload_weight save_offload_index set_module_tensor_to_device"
     ),
@@ -37,7 +36,7 @@ OUT_OF_SCOPE: dict[str, str] = {
     ),
     "fp8 / quantisation backends (Transformer Engine, MS-AMP, bitsandbytes, torchao recipes): "
     "nbaccel's fp8 is mixed_precision='fp8' through torchao": (
-        "AORecipeKwargs FP8RecipeKwargs MSAMPRecipeKwargs TERecipeKwargs BnbQuantizationConfig "
+        "AORecipeKwargs MSAMPRecipeKwargs TERecipeKwargs BnbQuantizationConfig "
         "apply_fp8_autowrap check_cuda_fp8_capability contextual_fp8_autocast convert_model "
         "convert_model_to_fp8_ao filter_first_and_last_linear_layers has_4bit_bnb_layers "
         "has_ao_layers has_transformer_engine_layers load_and_quantize_model torchao_required"
@@ -72,6 +71,20 @@ DIFFERS: dict[str, str] = {
     "nbaccel names the same parameters",
     "Accelerator:log": "the same: (values, step, log_kwargs) named instead of *args/**kwargs",
     "fsdp2_load_full_state_dict": "no cpu_offload argument: the plugin's cpu_offload decides",
+    **{
+        name: "takes anything and raises: big-model inference is not part of nbaccel (the "
+        "error says to use Transformers' device_map or Accelerate; FSDP for training)"
+        for name in [
+            "cpu_offload",
+            "cpu_offload_with_hook",
+            "disk_offload",
+            "dispatch_model",
+            "infer_auto_device_map",
+            "load_checkpoint_and_dispatch",
+        ]
+    },
+    "FP8RecipeKwargs": "takes anything and raises: Transformer Engine / MS-AMP recipes are "
+    "not run (the error says mixed_precision='fp8', through torchao)",
 }
 
 # Changed by the other parts of issue 20 (behaviour, FSDP config, collectives). Remove an
