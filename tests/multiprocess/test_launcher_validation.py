@@ -24,7 +24,7 @@ BAD_ARGUMENTS: list[tuple[dict[str, Any], type[Exception], tuple[str, ...]]] = [
     ({"use_port": "abc"}, TypeError, ("use_port", "abc")),
     ({"num_nodes": 2, "node_rank": 2, "use_port": 29500}, ValueError, ("node_rank", "2")),
     ({"num_nodes": 3, "node_rank": 5, "use_port": 29500}, ValueError, ("node_rank", "5")),
-    ({"num_nodes": 2}, ValueError, ("num_nodes", "2", "use_port", "rdzv_endpoint")),
+    ({"num_nodes": 2, "node_timeout": 0}, ValueError, ("node_timeout", "0")),
     ({"rdzv_backend": "etcd"}, ValueError, ("rdzv_backend", "etcd")),
     ({"rdzv_endpoint": "nohost"}, ValueError, ("rdzv_endpoint", "nohost")),
     ({"start_method": "forkserver"}, ValueError, ("start_method", "forkserver", "spawn")),
