@@ -33,9 +33,24 @@ class TorchTensorParallelConfig:
 
 @dataclasses.dataclass
 class TorchContextParallelConfig:
-    """Options of torch's context parallelism (accepted; nbaccel does not run CP)."""
+    """Options of torch's context parallelism (validated; nbaccel does not run CP).
+
+    ``cp_comm_strategy``: ``"allgather"`` or ``"alltoall"``; None takes
+    ``PARALLELISM_CONFIG_CP_COMM_STRATEGY``, else ``"allgather"``.
+    """
 
     cp_comm_strategy: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.cp_comm_strategy is None:
+            self.cp_comm_strategy = parallelism_config_defaults().get(
+                "cp_comm_strategy", "allgather"
+            )
+        if self.cp_comm_strategy not in ("allgather", "alltoall"):
+            raise ValueError(
+                f"Invalid cp_comm_strategy: {self.cp_comm_strategy}. Must be one of 'allgather' "
+                "or 'alltoall'."
+            )
 
 
 @dataclasses.dataclass
@@ -198,20 +213,23 @@ class ParallelismConfig:
         group of ``total_size`` processes."""
         from torch.distributed.device_mesh import init_device_mesh
 
-        dims = [d for d in _MESH_ORDER if d in self.active_mesh_dims]
-        if not dims:
+        names, shape = self._get_mesh()
+        if not names:
             return None
-        mesh = init_device_mesh(
-            device_type, tuple(self._sizes()[d] for d in dims), mesh_dim_names=tuple(dims)
-        )
-        for names, flat in (
+        mesh = init_device_mesh(device_type, shape, mesh_dim_names=names)
+        for dims, flat in (
             (self.dp_dim_names, "dp"),
             (self.dp_shard_cp_dim_names, "dp_shard_cp"),
             (self.dp_cp_dim_names, "dp_cp"),
         ):
-            if names:
-                mesh[tuple(names)]._flatten(flat)
+            if dims:
+                mesh[dims]._flatten(flat)  # type: ignore[index]  # a list, as Accelerate passes
         return mesh
+
+    def _get_mesh(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """The mesh's dimension names (enabled ones, canonical order) and sizes."""
+        dims = tuple(d for d in _MESH_ORDER if d in self.active_mesh_dims)
+        return dims, tuple(self._sizes()[d] for d in dims)
 
     def get_device_mesh(self, device_type: str | None = None) -> Any:
         """The mesh, built on first use with ``device_type``."""

@@ -82,7 +82,8 @@ def register_tracker_class(tracker_class: type[GeneralTracker]) -> None:
             f"{tracker_class.__name__} must define a non-empty `name` class attribute (the "
             "name log_with uses)."
         )
-    if "requires_logging_directory" not in dir(tracker_class):
+    own = [c for c in tracker_class.__mro__ if c is not GeneralTracker]
+    if not any("requires_logging_directory" in vars(c) for c in own):
         raise ValueError(
             f"{tracker_class.__name__} must define a `requires_logging_directory` class "
             "attribute: True when it needs a logging directory, False otherwise."

@@ -73,6 +73,12 @@ def test_registering_checks_the_class_and_warns_on_a_second_registration(registe
 
     with pytest.raises(ValueError, match="non-empty `name`"):
         register_tracker_class(Nameless)
+
+    class NoFlag(GeneralTracker):  # inherits GeneralTracker's default only
+        name = "no_flag_tracker"
+
+    with pytest.raises(ValueError, match="requires_logging_directory"):
+        register_tracker_class(NoFlag)
     with pytest.warns(UserWarning, match="already registered"):
         register_tracker_class(ListTracker)
 
