@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,7 +176,17 @@ def _join_process_group(
         world_size=launch.world_size,
         **kwargs,
     )
+    atexit.register(_leave_process_group)
     return True
+
+
+def _leave_process_group() -> None:
+    """At interpreter exit, close the group this process joined: its communication threads
+    end in order instead of being torn down with the interpreter (which can abort a rank
+    whose peer already left). A user's own ``destroy_process_group`` makes this a no-op."""
+    with contextlib.suppress(Exception):
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def current_process() -> ProcessRecord:
