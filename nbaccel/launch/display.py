@@ -12,6 +12,7 @@ the worker's message pipe; :mod:`nbaccel.launch.render` draws them in the cell.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import warnings
 from collections.abc import Callable
@@ -111,6 +112,8 @@ def _worker_shell() -> Any:
     for a notebook (``tqdm.auto``, Transformers) choose their notebook output here as they do
     in a forked worker.
     """
+    if sys.stdin is None or sys.stdin.closed:  # spawn closes it; IPython 7 asks it isatty()
+        sys.stdin = open(os.devnull)  # noqa: SIM115 - the worker's stdin for its lifetime
     from IPython.core.interactiveshell import InteractiveShell
 
     if InteractiveShell.initialized():
