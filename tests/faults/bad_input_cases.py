@@ -253,8 +253,6 @@ CASES: list[Case] = [
     ),
     Case("ack-enabled-type", lambda _: AutocastKwargs(enabled="yes"), T, "enabled"),
     # -- prepare, save_state / load_state, save_model ---------------------------------------
-    Case("prepare-foreign-optimizer", _foreign_optimizer, V, "optimizer"),
-    Case("prepare-twice", _prepare_twice, V, "prepare"),
     Case(
         "prepare-device_placement-type",
         prepared(lambda a, m, c: a.prepare(nn.Linear(2, 1), device_placement=True)),
