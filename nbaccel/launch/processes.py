@@ -141,7 +141,9 @@ def _start_fork(spec: WorkerSpec, read_fd: int, foreign: tuple[int, ...]) -> Wor
 
 
 def _start_spawn(spec: WorkerSpec, read_fd: int, payload: bytes) -> WorkerHandle:
-    keep = (spec.stdout_fd, spec.stderr_fd, spec.result_fd)
+    keep: tuple[int, ...] = (spec.stdout_fd, spec.stderr_fd, spec.result_fd)
+    if spec.task_fd >= 0:  # a pool worker reads its tasks from this pipe
+        keep += (spec.task_fd,)
     popen = subprocess.Popen(
         [sys.executable, "-c", _SPAWN_BOOTSTRAP],
         stdin=subprocess.PIPE,
@@ -206,6 +208,8 @@ class WorkerGroup:
         on_wait: called by the supervising thread before each wait (so at least every
             ``monitor_interval`` seconds), e.g. to let a busy Jupyter kernel handle the
             dashboard's Stop click; it may set ``stop_requested``.
+        keep_out: the launcher's own descriptors that no forked worker may keep (a pool's
+            write ends of the task pipes).
     """
 
     def __init__(
@@ -219,8 +223,10 @@ class WorkerGroup:
         stop_requested: threading.Event | None = None,
         on_started: Callable[[dict[int, int]], None] | None = None,
         on_wait: Callable[[], None] | None = None,
+        keep_out: tuple[int, ...] = (),
     ) -> None:
         self.specs = specs
+        self.keep_out = keep_out
         self.on_wait = on_wait
         self.stop_requested = stop_requested
         self.on_started = on_started
@@ -241,6 +247,8 @@ class WorkerGroup:
         try:
             for spec in self.specs:
                 foreign = [fd for r, fds in output_fds.items() if r != spec.rank for fd in fds]
+                foreign += [s.task_fd for s in self.specs if s.rank != spec.rank]
+                foreign += self.keep_out
                 for handle in self.handles:
                     foreign += [handle.conn.fileno(), handle.sentinel]
                 self.handles.append(start_worker(spec, tuple(fd for fd in foreign if fd >= 0)))

@@ -35,6 +35,9 @@ class WorkerSpec:
         cwd: the launcher's working directory.
         kwargs: keyword arguments for ``function``.
         display: the launcher draws rich output in a notebook: send it (see ``display.py``).
+        task_fd: read end of the parent->worker task pipe of a pool worker, which runs the
+            sequence of tasks read from it (see ``tasks.py``); -1 for a launch, whose worker
+            runs ``function`` as its one task.
     """
 
     function: Callable[..., Any]
@@ -52,6 +55,7 @@ class WorkerSpec:
     cwd: str = ""
     kwargs: dict[str, Any] = field(default_factory=dict)
     display: bool = False
+    task_fd: int = -1
 
     def dumps(self) -> bytes:
         """Serialise for a spawned worker (functions defined in the notebook go by value)."""

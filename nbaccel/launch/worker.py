@@ -1,4 +1,4 @@
-"""Worker entry: output -> environment -> state -> function -> result, in a launched process."""
+"""Worker entry: output, environment, state, then its tasks (one for a launch, many for a pool)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from .events import RankStateEvent
 from .guard import check_child_not_bad_fork
 from .output import redirect_child_output
 from .spec import WorkerSpec
-from .wire import dumps_for_parent
+from .tasks import CallTask, TaskInbox, TaskRunner
 
 __all__ = ["run_worker", "spawn_entry"]
 
@@ -68,36 +68,87 @@ class _Channel:
             self._conn.close()
 
 
-def _result_payload(spec: WorkerSpec, result: Any) -> bytes:
-    try:
-        return dumps_for_parent(result)
-    except Exception as exc:
-        raise TypeError(
-            f"rank {spec.rank} returned a {type(result).__module__}.{type(result).__qualname__}, "
-            f"which cannot be pickled to send it back to the notebook ({type(exc).__name__}: "
-            f"{exc}). Return plain data instead: tensors, arrays, numbers, lists, dicts."
-        ) from None
+def _prepare(spec: WorkerSpec, channel: _Channel, forked: bool) -> None:
+    """Everything before a worker's first task: variables, state, display, threads."""
+    os.environ.update(spec.env)  # launchers write the launch variables
+    reset_registry()  # a forked worker must not inherit the notebook's state
+    STATE.event_sink = lambda event: channel.send("event", event)
+    STATE.worker_rank = spec.rank
+    if spec.display:  # rich output and notebook bars reach the cell through the channel
+        install_worker_display(lambda event: channel.send("event", event), spec.rank)
+    if spec.num_threads:
+        torch.set_num_threads(spec.num_threads)
+    if spec.task_fd < 0:  # a launch's rank runs from now on (a pool's ranks report per task)
+        restart = read_launch_environment().restart_count
+        channel.send(
+            "event", RankStateEvent(rank=spec.rank, state="running", restart_count=restart)
+        )
+    if forked:
+        check_child_not_bad_fork()
 
 
-def _call(spec: WorkerSpec, channel: _Channel) -> int:
-    try:
-        result = spec.function(*spec.args, **spec.kwargs)
-        payload = _result_payload(spec, result)
-    except SystemExit as exc:
-        if exc.code in (None, 0):
-            channel.send("result", cloudpickle.dumps(None))
-            return 0
-        channel.send("error", capture_exception(exc, time.time()))
+def _run_one_task(spec: WorkerSpec, channel: _Channel) -> int:
+    """A launch: the worker's one task is ``spec.function``; then the group is left."""
+    runner = TaskRunner({}, spec.rank)
+    task = CallTask(0, spec.function, spec.args, spec.kwargs)
+    reply = runner.reply(0, lambda: runner.perform(task))
+    if reply.error is not None:
+        channel.send("error", reply.error)
         return 1
-    except BaseException as exc:
-        channel.send("error", capture_exception(exc, time.time()))
-        return 1
-    channel.send("result", payload)
+    channel.send("result", reply.value)
+    if dist.is_initialized():
+        with contextlib.suppress(Exception):
+            # every rank has finished joining before any closes its connections: a rank
+            # that leaves first would cut a slower peer's handshake short
+            enter("the end of the launched function")  # a peer still in a collective
+            dist.destroy_process_group()  # fails at once (CollectiveMismatchError)
     return 0
 
 
+def _serve_tasks(spec: WorkerSpec, channel: _Channel) -> int:
+    """A pool: join the group once, then run each task read from the task pipe until told to
+    stop. SIGINT is ignored between tasks and raises ``KeyboardInterrupt`` inside one."""
+    from ..state import PartialState
+
+    state = PartialState()
+    namespace: dict[str, Any] = {
+        "rank": state.process_index,
+        "local_rank": state.local_process_index,
+        "world_size": state.num_processes,
+        "device": state.device,
+    }
+    runner = TaskRunner(namespace, spec.rank)
+    running = threading.Event()
+
+    def interrupt(signum: int, frame: Any) -> None:
+        if running.is_set():
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    inbox = TaskInbox(spec.task_fd, lambda text: channel.send("where", text))
+    channel.send("ready", {"device": str(state.device), "pid": os.getpid()})
+    try:
+        for task_id, _label, payload in inbox:
+            reply = runner.handle(task_id, payload, running)
+            _flush_streams()  # the task's text reaches the relay before its reply
+            channel.send("reply", reply)
+    finally:
+        inbox.close()
+    if dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+    return 0
+
+
+def _flush_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
 def run_worker(spec: WorkerSpec, forked: bool) -> int:
-    """Run ``spec.function`` in this (launched) process; returns the exit code."""
+    """Run this (launched) process's tasks: ``spec.function`` for a launch, the task pipe's
+    sequence for a pool; returns the exit code."""
     redirect_child_output(spec.stdout_fd, spec.stderr_fd)
     text_bars_in_worker()  # notebook progress bars cannot be drawn from a worker
     _die_with_parent(spec.parent_pid)
@@ -106,36 +157,15 @@ def run_worker(spec: WorkerSpec, forked: bool) -> int:
     channel = _Channel(spec.result_fd, spec.rank)
     code = 1
     try:
-        os.environ.update(spec.env)  # launchers write the launch variables
-        reset_registry()  # a forked worker must not inherit the notebook's state
-        STATE.event_sink = lambda event: channel.send("event", event)
-        STATE.worker_rank = spec.rank
-        if spec.display:  # rich output and notebook bars reach the cell through the channel
-            install_worker_display(lambda event: channel.send("event", event), spec.rank)
-        if spec.num_threads:
-            torch.set_num_threads(spec.num_threads)
-        restart = read_launch_environment().restart_count
-        channel.send(
-            "event", RankStateEvent(rank=spec.rank, state="running", restart_count=restart)
-        )
-        if forked:
-            check_child_not_bad_fork()
-        code = _call(spec, channel)
-        if code == 0 and dist.is_initialized():
-            with contextlib.suppress(Exception):
-                # every rank has finished joining before any closes its connections: a rank
-                # that leaves first would cut a slower peer's handshake short
-                enter("the end of the launched function")  # a peer still in a collective
-                dist.destroy_process_group()  # fails at once (CollectiveMismatchError)
+        _prepare(spec, channel, forked)
+        code = _run_one_task(spec, channel) if spec.task_fd < 0 else _serve_tasks(spec, channel)
     except BaseException as exc:  # a failure of the worker machinery itself
         with contextlib.suppress(Exception):
             channel.send("error", capture_exception(exc, time.time()))
         code = 1
     finally:
         STATE.event_sink = None
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
+        _flush_streams()
         channel.close()
     return code
 
