@@ -24,6 +24,7 @@ from .kwargs_handlers import (
 from .launch.dashboards import register_dashboard_factory
 from .launch.errors import WorkerError
 from .launch.notebook import debug_launcher, notebook_launcher
+from .launch.pool import WorkerPool
 from .logging import get_logger
 from .plugins import GradientAccumulationPlugin, ProjectConfiguration, TorchDynamoPlugin
 from .seeding import set_seed
@@ -75,6 +76,7 @@ __all__ = [
     "RNGType",
     "TorchDynamoPlugin",
     "WorkerError",
+    "WorkerPool",
     "__version__",
     "debug_launcher",
     "get_logger",

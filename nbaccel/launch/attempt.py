@@ -35,10 +35,10 @@ from .render import cell_renderer
 from .rendezvous import LOOPBACK, StoreHost
 from .spec import WorkerSpec
 
-__all__ = ["LaunchPlan", "banner"]
+__all__ = ["LaunchPlan", "banner", "worker_env", "worker_spec"]
 
 
-def banner(config: LaunchConfig, method: str) -> str:
+def banner(config: LaunchConfig, method: str, verb: str = "Launching") -> str:
     """The line printed before the workers start: how many, on what hardware, how."""
     backend = "gloo" if config.cpu else "nccl"
     where = hardware_description(gpus=not config.cpu)
@@ -51,7 +51,7 @@ def banner(config: LaunchConfig, method: str) -> str:
         from ..config.fsdp import FsdpConfig
 
         precision += f", FSDP ({FsdpConfig(config.fsdp_config).describe(config.cpu)})"
-    return f"Launching {count} processes on {where}{nodes} with {method} ({backend}){precision}."
+    return f"{verb} {count} processes on {where}{nodes} with {method} ({backend}){precision}."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,23 +199,9 @@ class LaunchPlan:
         env: dict[str, str],
         relay: OutputRelay,
     ) -> WorkerSpec:
-        out_fd, err_fd = relay.child_fds(local_rank)
-        return WorkerSpec(
-            function=self.function,
-            args=self.args,
-            kwargs=self.kwargs,
-            rank=rank,
-            local_rank=local_rank,
-            env=env,
-            stdout_fd=out_fd,
-            stderr_fd=err_fd,
-            result_fd=-1,
-            start_method=self.method,
-            parent_pid=os.getpid(),
-            num_threads=config.threads_per_process(user_thread_count()),
-            sys_path=list(sys.path),
-            cwd=os.getcwd(),
-        )
+        spec = worker_spec(config, rank, local_rank, env, relay, self.method)
+        spec.function, spec.args, spec.kwargs = self.function, self.args, self.kwargs
+        return spec
 
     def _env(
         self,
@@ -226,31 +212,75 @@ class LaunchPlan:
         attempt: int,
         meeting: Meeting | None,
     ) -> dict[str, str]:
-        env = launch_variables(
-            rank=rank,
-            world_size=config.world_size,
-            local_rank=local_rank,
-            local_world_size=config.num_processes,
-            node_rank=config.node_rank,
-            master_addr=config.master_addr if config.multi_node else LOOPBACK,
-            master_port=port,
-            restart_count=attempt,
-            fork_launched=self.method == "fork",
-            mixed_precision=config.mixed_precision,
-            debug=config.debug,
-            use_cpu=config.cpu,
-        )
-        if config.fsdp_config is not None:  # the config file in force asks for FSDP
-            from ..config.fsdp import FsdpConfig
+        return worker_env(config, rank, local_rank, port, attempt, self.method, meeting)
 
-            fsdp = FsdpConfig(config.fsdp_config).for_processes(config.cpu)
-            env.update(fsdp_launch_variables(fsdp))
-        env["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # the launcher hosts the store
-        if meeting is None:
-            env["GLOO_SOCKET_IFNAME"] = "lo"
-        else:  # the interface that reaches the master, or the user's own choice
-            env["GLOO_SOCKET_IFNAME"] = gloo_interface(meeting.route)
-        return env
+
+def worker_spec(
+    config: LaunchConfig,
+    rank: int,
+    local_rank: int,
+    env: dict[str, str],
+    relay: OutputRelay,
+    method: str,
+) -> WorkerSpec:
+    """The spec of one worker writing into ``relay`` (its task is set by the caller)."""
+    out_fd, err_fd = relay.child_fds(local_rank)
+    return WorkerSpec(
+        function=_no_function,
+        args=(),
+        rank=rank,
+        local_rank=local_rank,
+        env=env,
+        stdout_fd=out_fd,
+        stderr_fd=err_fd,
+        result_fd=-1,
+        start_method=method,
+        parent_pid=os.getpid(),
+        num_threads=config.threads_per_process(user_thread_count()),
+        sys_path=list(sys.path),
+        cwd=os.getcwd(),
+    )
+
+
+def _no_function() -> None:
+    """The function of a pool worker's spec: its tasks come through its task pipe."""
+
+
+def worker_env(
+    config: LaunchConfig,
+    rank: int,
+    local_rank: int,
+    port: int,
+    attempt: int,
+    method: str,
+    meeting: Meeting | None = None,
+) -> dict[str, str]:
+    """The launch variables of one worker (a launch's or a pool's)."""
+    env = launch_variables(
+        rank=rank,
+        world_size=config.world_size,
+        local_rank=local_rank,
+        local_world_size=config.num_processes,
+        node_rank=config.node_rank,
+        master_addr=config.master_addr if config.multi_node else LOOPBACK,
+        master_port=port,
+        restart_count=attempt,
+        fork_launched=method == "fork",
+        mixed_precision=config.mixed_precision,
+        debug=config.debug,
+        use_cpu=config.cpu,
+    )
+    if config.fsdp_config is not None:  # the config file in force asks for FSDP
+        from ..config.fsdp import FsdpConfig
+
+        fsdp = FsdpConfig(config.fsdp_config).for_processes(config.cpu)
+        env.update(fsdp_launch_variables(fsdp))
+    env["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # the launcher hosts the store
+    if meeting is None:
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    else:  # the interface that reaches the master, or the user's own choice
+        env["GLOO_SOCKET_IFNAME"] = gloo_interface(meeting.route)
+    return env
 
 
 def _watch(meeting: Meeting, attempt: int, stop: threading.Event) -> NodeWatch:

@@ -15,8 +15,10 @@ from ..state.registry import STATE
 __all__ = [
     "Event",
     "MetricsEvent",
+    "PoolStateEvent",
     "ProgressEvent",
     "RankStateEvent",
+    "TaskEvent",
     "emit",
     "report_metrics",
     "report_progress",
@@ -38,6 +40,25 @@ class RankStateEvent(Event):
 
     state: str = "running"
     restart_count: int = 0
+
+
+@dataclass(frozen=True)
+class TaskEvent(Event):
+    """A worker pool's rank changed state: ``running`` a task (``label`` names it: the cell,
+    ``In [5]``, or the function), then ``idle``, ``failed``, ``interrupted`` or ``dead``."""
+
+    state: str = "idle"
+    label: str = ""
+    task_id: int = 0
+
+
+@dataclass(frozen=True)
+class PoolStateEvent(Event):
+    """A worker pool changed state (``rank`` is -1): ``ready``, ``running``, ``broken``,
+    ``restarting`` or ``closed``; ``message`` says why, where there is a reason."""
+
+    state: str = "ready"
+    message: str = ""
 
 
 @dataclass(frozen=True)

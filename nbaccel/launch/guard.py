@@ -23,6 +23,7 @@ __all__ = [
     "InitSite",
     "check_child_not_bad_fork",
     "check_fork_safe",
+    "choose_start_method",
     "cuda_init_site",
     "cuda_initialized",
     "install_cuda_init_tracer",
@@ -258,6 +259,23 @@ def check_fork_safe(debug: bool | None = None) -> None:
         "torch.cuda.* calls) inside the function you launch."
     )
     raise CudaInitializedError(message, site)
+
+
+def choose_start_method(requested: str, debug: bool | None = None) -> str:
+    """``"fork"`` or ``"spawn"`` for a validated ``start_method`` (``auto``, ``fork``, ``spawn``).
+
+    ``auto`` forks on Linux while CUDA is not initialised here, else spawns; ``fork`` is
+    refused with :class:`CudaInitializedError` once CUDA is initialised (the launcher and the
+    worker pool share this one guard).
+    """
+    if requested == "fork":
+        check_fork_safe(debug)
+        return "fork"
+    if requested == "spawn":
+        return "spawn"
+    if sys.platform.startswith("linux") and not cuda_initialized():
+        return "fork"
+    return "spawn"
 
 
 def check_child_not_bad_fork() -> None:

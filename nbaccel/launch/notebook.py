@@ -14,11 +14,11 @@ from .config import LaunchConfig
 from .dashboards import new_dashboard
 from .errors import LaunchStopped, WorkerError
 from .events import RankStateEvent, emit
-from .guard import check_fork_safe, cuda_initialized, install_cuda_init_tracer
+from .guard import choose_start_method, install_cuda_init_tracer
 from .peers import MachineLostError, RemoteRankError
 from .variables import temporary_environment
 
-__all__ = ["debug_launcher", "notebook_launcher"]
+__all__ = ["debug_launcher", "notebook_launcher", "open_dashboard", "refuse_existing_state"]
 
 install_cuda_init_tracer()
 
@@ -98,9 +98,9 @@ def notebook_launcher(
         debug=debug,
         display_ranks=display_ranks,
     )
-    _refuse_existing_state()
+    refuse_existing_state()
     call_args, call_kwargs = tuple(args), dict(kwargs or {})
-    board = _open_dashboard(dashboard)
+    board = open_dashboard(dashboard)
     if board is None:
         return _dispatch(function, call_args, call_kwargs, config, on_event, None)
     board.begin(config.num_processes, config.node_rank * config.num_processes)
@@ -128,7 +128,7 @@ def debug_launcher(
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _open_dashboard(dashboard: bool | Any | None) -> Any:
+def open_dashboard(dashboard: bool | Any | None) -> Any:
     """None (no dashboard), or the dashboard to feed: one given, or a new one for ``True``.
 
     The dashboard lives in ``nbaccel.widgets``, plugged in through :mod:`.dashboards`: a widget
@@ -217,7 +217,8 @@ def _announce_restart(exc: BaseException, attempt: int, config: LaunchConfig) ->
     )
 
 
-def _refuse_existing_state() -> None:
+def refuse_existing_state() -> None:
+    """Refuse to start workers when this process already holds an Accelerator or a group."""
     if STATE.accelerator is not None:
         raise ValueError(
             "An Accelerator (or AcceleratorState) already exists in this kernel, so the "
@@ -234,14 +235,7 @@ def _refuse_existing_state() -> None:
 
 
 def _start_method(config: LaunchConfig) -> str:
-    if config.start_method == "fork":
-        check_fork_safe(config.debug)
-        return "fork"
-    if config.start_method == "spawn":
-        return "spawn"
-    if sys.platform.startswith("linux") and not cuda_initialized():
-        return "fork"
-    return "spawn"
+    return choose_start_method(config.start_method, config.debug)
 
 
 def _run_here(

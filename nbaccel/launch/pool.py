@@ -1,0 +1,480 @@
+"""WorkerPool: warm workers that keep their process group and a namespace per rank between tasks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import cloudpickle
+
+from .attempt import banner
+from .config import LaunchConfig, _number
+from .errors import RankFate, WorkerError, build_error, root_cause
+from .events import PoolStateEvent, TaskEvent
+from .guard import choose_start_method
+from .notebook import open_dashboard, refuse_existing_state
+from .poolgroup import PoolGroup, RankDied, RanksStuck
+from .tasks import CallTask, CellTask, PullTask, PushTask, TaskReply, encode_task
+
+__all__ = ["PoolBrokenError", "PoolClosedError", "TaskTimeoutError", "WorkerPool"]
+
+
+class PoolBrokenError(RuntimeError):
+    """A rank of the pool died; the pool refuses work until ``restart()``."""
+
+
+class PoolClosedError(RuntimeError):
+    """The pool was shut down."""
+
+
+class TaskTimeoutError(TimeoutError):
+    """A task ran past the pool's ``timeout``; the pool restarted its group."""
+
+
+class WorkerPool:
+    """Warm workers for a notebook: the process group is joined once, and each rank keeps its
+    own namespace (and its ``Accelerator``/``PartialState``) from one task to the next.
+
+    ``notebook_launcher`` and the pool share one supervisor: the same workers (fork or spawn,
+    the same CUDA guard), output relay, display channel and error path. A launch is a worker
+    that runs one task and ends; a pool worker runs a sequence of tasks read from a pipe.
+
+    Args:
+        num_processes: ranks on this machine (default: the GPUs, else 1).
+        mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``.
+        start_method: ``"auto"``, ``"fork"`` or ``"spawn"`` (fork is refused once CUDA was
+            initialised in this process; spawn always works).
+        cpu: run on the CPU (gloo) even where GPUs are present.
+        timeout: seconds a task may run before the pool stops it (None: no limit); the ranks
+            still running are reported with the line they were on, and the group restarts.
+        grace_period: seconds the ranks of a task get to finish after one of them failed or
+            after an interrupt; ranks still running then (waiting in a collective for a peer
+            that failed, or stuck in C code) are reported with their line, and the pool
+            restarts its group: every namespace is lost, and the error says so.
+        start_timeout: seconds the workers get to start and join the group.
+        use_port: the port of the group's store (default: a free one).
+        log_line_prefix_template: the prefix of every output line (``"[rank${rank}]: "``).
+        display_ranks: ranks whose rich output is drawn in the cell (default rank 0; "all").
+        debug: name the line that initialised CUDA in full when fork is refused.
+        dashboard: ``True`` shows the pool in a dashboard (per-rank state, current cell, RSS).
+        on_event: receives every event (``TaskEvent``, ``PoolStateEvent``, progress, ...).
+
+    Multi-node pools are not supported yet. They would fit as the launcher's multi-node path
+    does: each machine's kernel starts a ``WorkerPool(num_nodes=..., node_rank=...,
+    master_addr=...)``, the machines meet through ``meet_machines`` before the workers start
+    (``nodes.py``), and node 0's pool sends each task to the other pools through the same store
+    that the watch of ``peers.py`` uses; each machine's pool relays its own ranks' output.
+    """
+
+    def __init__(
+        self,
+        num_processes: int | None = None,
+        mixed_precision: str | None = None,
+        start_method: str | None = "auto",
+        cpu: bool | None = None,
+        timeout: float | None = None,
+        *,
+        grace_period: float = 10.0,
+        start_timeout: float = 120.0,
+        use_port: int | str | None = None,
+        log_line_prefix_template: str | None = None,
+        display_ranks: int | list[int] | str | None = None,
+        debug: bool | None = None,
+        dashboard: bool | Any = False,
+        on_event: Callable[[Any], None] | None = None,
+    ) -> None:
+        if on_event is not None and not callable(on_event):
+            raise TypeError(f"on_event must be callable or None, got {type(on_event).__name__}.")
+        self.grace_period = float(_number("grace_period", grace_period) or 0.0)
+        self.start_timeout = float(_number("start_timeout", start_timeout) or 0.0)
+        self.config = LaunchConfig.build(
+            num_processes=num_processes,
+            mixed_precision=mixed_precision,
+            start_method=start_method,
+            cpu=cpu,
+            timeout=timeout,
+            use_port=use_port,
+            log_line_prefix_template=log_line_prefix_template,
+            display_ranks=display_ranks,
+            debug=debug,
+            rendezvous_timeout=self.start_timeout,
+        )
+        if self.config.accelerator == "xla":
+            raise ValueError(
+                "WorkerPool runs on CPUs and GPUs; on a TPU use notebook_launcher, or pass "
+                "cpu=True for a pool of CPU processes."
+            )
+        refuse_existing_state()
+        self.method = choose_start_method(self.config.start_method, self.config.debug)
+        self._user_on_event = on_event
+        self._board = open_dashboard(dashboard)
+        self._group: PoolGroup | None = None
+        self._holder: list[PoolGroup] = []  # what the finaliser stops if the pool is dropped
+        self._finalizer = weakref.finalize(self, _close_quietly, self._holder)
+        self._generation = -1
+        self._task_id = 0
+        self._state = "starting"
+        self._problem = ""
+        self._current: dict[int, str] = {}
+        self._last: dict[int, str] = {}
+        self._devices: dict[int, str] = {}
+        if self._board is not None:
+            self._board.begin(self.config.num_processes, 0)
+        print(banner(self.config, self.method, verb="Starting a pool of"), flush=True)
+        self._start()
+
+    # -- the public calls --------------------------------------------------------------------
+    @property
+    def num_processes(self) -> int:
+        """Ranks of the pool."""
+        return self.config.num_processes
+
+    @property
+    def state(self) -> str:
+        """``ready``, ``running``, ``broken`` (call :meth:`restart`) or ``closed``."""
+        self._notice_death()
+        return self._state
+
+    def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+        """Call ``function(*args, **kwargs)`` on every rank; returns one result per rank.
+
+        ``notebook_launcher``'s semantics on warm workers: the function travels with
+        cloudpickle (notebook functions, lambdas and closures work with fork and spawn); a
+        rank's exception is raised here with its own type, rank and remote traceback.
+        """
+        if not callable(function):
+            raise TypeError(f"function must be callable, got {type(function).__name__}.")
+        label = getattr(function, "__name__", type(function).__name__)
+        task = CallTask(self._next_id(), function, tuple(args), dict(kwargs), label)
+        return self._values(self._submit(task, None))
+
+    def execute(
+        self, source: str, ranks: int | Iterable[int] | None = None, label: str | None = None
+    ) -> list[Any]:
+        """Run a cell's ``source`` in each rank's persistent namespace.
+
+        Returns one value per rank in ``ranks`` (all ranks by default; in rank order): the
+        value of the cell's last expression, as IPython's ``Out`` shows it (None for a
+        statement or a trailing ``;``); a value that cannot be pickled comes back as a
+        ``RemoteRepr`` showing the rank's ``repr``. Identical values are *not* merged here:
+        :func:`nbaccel.launch.tasks.group_values` groups them for a caller that shows each once.
+        ``label`` names the cell in ``status()`` and tracebacks (e.g. ``"In [5]"``).
+        """
+        if not isinstance(source, str):
+            raise TypeError(f"source must be a str of Python code, got {type(source).__name__}.")
+        compile(source, "<cell>", "exec")  # a syntax error is raised here, before any rank runs
+        task_id = self._next_id()
+        task = CellTask(task_id, source, label or f"task {task_id}")
+        return self._values(self._submit(task, ranks))
+
+    def push(self, values: dict[str, Any], ranks: int | Iterable[int] | None = None) -> None:
+        """Set ``name = value`` for each item of ``values`` in the ranks' namespaces."""
+        if not isinstance(values, dict) or not all(
+            isinstance(k, str) and k.isidentifier() for k in values
+        ):
+            raise TypeError("push takes a dict whose keys are variable names, e.g. {'lr': 3e-4}.")
+        self._submit(PushTask(self._next_id(), dict(values)), ranks)
+
+    def pull(self, name: str, ranks: int | Iterable[int] | None = None) -> list[Any]:
+        """The value of ``name`` in each rank's namespace (``NameError`` where it is unset)."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise TypeError(f"pull takes a variable name, got {name!r}.")
+        return self._values(self._submit(PullTask(self._next_id(), name), ranks))
+
+    def status(self) -> list[dict[str, Any]]:
+        """One dict per rank: ``rank``, ``pid``, ``state`` (``idle``, ``running``, ``dead``,
+        ``stopped``, ``closed``), ``cell`` (the task running now, else None), ``last_cell``,
+        ``rss`` (bytes), ``device``; ``error`` says why when the pool is broken."""
+        self._notice_death()
+        group = self._group
+        rows = []
+        for rank in range(self.num_processes):
+            handle = group.handles[rank] if group is not None and group.handles else None
+            pid = handle.pid if handle is not None else None
+            row: dict[str, Any] = {
+                "rank": rank,
+                "pid": pid,
+                "state": self._rank_state(rank, handle),
+                "cell": self._current.get(rank),
+                "last_cell": self._last.get(rank),
+                "rss": _rss(pid) if self._state in ("ready", "running") else None,
+                "device": self._devices.get(rank),
+            }
+            if self._state == "broken":
+                row["error"] = self._problem
+            rows.append(row)
+        return rows
+
+    def restart(self) -> None:
+        """Stop every worker and start new ones (a new group; every namespace is lost)."""
+        self._close_group()
+        print(f"nbaccel: restarting the pool's {self.num_processes} processes.", flush=True)
+        self._start()
+
+    def shutdown(self) -> None:
+        """Stop every worker and release everything the pool holds (idempotent)."""
+        if self._state == "closed":
+            return
+        self._close_group()
+        self._state = "closed"
+        self._emit(PoolStateEvent(rank=-1, state="closed"))
+        if self._board is not None:
+            with contextlib.suppress(Exception):
+                self._board.end(None)
+        self._finalizer.detach()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return f"WorkerPool(num_processes={self.num_processes}, state={self._state!r})"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def _start(self) -> None:
+        self._generation += 1
+        self._state, self._problem = "starting", ""
+        on_event = self._board.chain(self._emit_user) if self._board is not None else None
+        line_sink = getattr(self._board, "line_sink", None)
+        group = PoolGroup(
+            self.config, self.method, self._generation, on_event or self._emit_user, line_sink
+        )
+        self._holder[:] = [group]
+        try:
+            group.start(self.start_timeout)
+        except RankDied as died:
+            self._close_group()
+            self._state = "broken"
+            self._problem = f"the pool's workers failed to start: {died.error}"
+            raise died.error from None
+        except BaseException:
+            self._close_group()
+            self._state = "broken"
+            self._problem = "the pool's workers failed to start"
+            raise
+        self._group = group
+        self._devices = {r: str(info.get("device")) for r, info in group.ready.items()}
+        self._current.clear()
+        self._state = "ready"
+        if self._board is not None and hasattr(self._board, "set_pids"):
+            self._board.set_pids(group.pids())
+        self._emit(PoolStateEvent(rank=-1, state="ready"))
+        for rank in range(self.num_processes):
+            self._emit(TaskEvent(rank=rank, state="idle"))
+
+    def _close_group(self) -> None:
+        group, self._group = self._group, None
+        if group is None and self._holder:
+            group = self._holder[0]
+        self._holder.clear()
+        if group is not None:
+            group.close(grace=min(self.grace_period, 3.0))
+
+    def _notice_death(self) -> None:
+        """A rank that died between calls leaves the pool broken."""
+        if self._group is None or self._state != "ready":
+            return
+        try:
+            self._group.check_alive()
+        except RankDied as died:
+            self._break(died)
+
+    def _break(self, died: RankDied) -> None:
+        first = str(died.error).splitlines()[0] if str(died.error) else type(died.error).__name__
+        self._problem = (
+            f"the pool is broken: {first}. Call pool.restart() to start new workers (every "
+            "namespace is lost), or pool.shutdown()."
+        )
+        self._close_group()
+        self._state = "broken"
+        for fate in died.fates:
+            self._emit(TaskEvent(rank=fate.rank, state="dead" if fate.failed else "stopped"))
+        self._emit(PoolStateEvent(rank=-1, state="broken", message=self._problem))
+
+    # -- one task ----------------------------------------------------------------------------
+    def _next_id(self) -> int:
+        self._task_id += 1
+        return self._task_id
+
+    def _ranks(self, ranks: int | Iterable[int] | None) -> list[int]:
+        if ranks is None:
+            return list(range(self.num_processes))
+        chosen: list[Any] = [ranks] if isinstance(ranks, int) else list(ranks)
+        bad = [
+            r
+            for r in chosen
+            if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < self.num_processes
+        ]
+        if bad or not chosen:
+            raise ValueError(
+                f"ranks={ranks!r} is not allowed: name ranks between 0 and "
+                f"{self.num_processes - 1} (an int or a list of ints), or None for all."
+            )
+        return sorted(set(chosen))
+
+    def _usable(self) -> PoolGroup:
+        self._notice_death()
+        if self._state == "closed":
+            raise PoolClosedError("the pool was shut down; create a new WorkerPool.")
+        if self._state == "broken" or self._group is None:
+            raise PoolBrokenError(self._problem or "the pool is broken; call pool.restart().")
+        return self._group
+
+    def _submit(self, task: Any, ranks: int | Iterable[int] | None) -> dict[int, TaskReply]:
+        chosen = self._ranks(ranks)
+        message = encode_task(task)
+        group = self._usable()
+        for rank in chosen:
+            self._current[rank] = self._last[rank] = task.label
+            self._emit(
+                TaskEvent(rank=rank, state="running", label=task.label, task_id=task.task_id)
+            )
+        self._state = "running"
+        try:
+            try:
+                group.send(message, chosen)
+            except KeyboardInterrupt:  # part of the ranks may have the task: start afresh
+                self._restart_after("the call was interrupted while sending the task")
+                raise
+            except OSError:
+                group.check_alive()  # a rank died: its pipe is closed
+                raise
+            replies, interrupted = group.collect(
+                task.task_id, chosen, self.grace_period, self.config.timeout
+            )
+        except RankDied as died:
+            self._break(died)
+            _note(died.error, self._problem)
+            raise died.error from None
+        except RanksStuck as stuck:
+            raise self._stuck(stuck, task.label) from None
+        finally:
+            self._current.clear()
+            if self._state == "running":
+                self._state = "ready"
+        for rank, reply in replies.items():
+            state = "interrupted" if interrupted else "failed" if reply.error else "idle"
+            self._emit(TaskEvent(rank=rank, state=state, label=task.label, task_id=task.task_id))
+        if interrupted:
+            raise KeyboardInterrupt(
+                f"{task.label} was interrupted on every rank; the pool is up and every "
+                "namespace is kept."
+            )
+        _raise_first_error(replies)
+        return replies
+
+    @staticmethod
+    def _values(replies: dict[int, TaskReply]) -> list[Any]:
+        return [cloudpickle.loads(replies[r].value or b"") for r in sorted(replies)]
+
+    def _stuck(self, stuck: RanksStuck, label: str) -> BaseException:
+        """The error of a task whose ranks did not finish; the group is restarted first."""
+        group = self._group
+        where = group.ask_where(stuck.ranks) if group is not None else {}
+        lines = "\n".join(f"  rank {r}: {where.get(r, '?').splitlines()[0]}" for r in stuck.ranks)
+        limit = (
+            f"timeout={self.config.timeout}s"
+            if stuck.reason == "timeout"
+            else f"grace_period={self.grace_period}s"
+        )
+        why = {"a peer failed": " after another rank failed", "interrupted": " after the interrupt"}
+        text = (
+            f"rank(s) {stuck.ranks} did not finish {label} within {limit}"
+            f"{why.get(stuck.reason, '')}; they were at:\n{lines}\n"
+        )
+        text += self._restart_after(f"rank(s) {stuck.ranks} were stuck")
+        if stuck.reason == "a peer failed":
+            error = _first_error(stuck.replies)
+            if error is not None:
+                _note(error, text)
+                return error
+        if stuck.reason == "timeout":
+            return TaskTimeoutError(text)
+        return KeyboardInterrupt(text)
+
+    def _restart_after(self, reason: str) -> str:
+        """Restart the group; the sentence that tells the user what was lost."""
+        self._emit(PoolStateEvent(rank=-1, state="restarting", message=reason))
+        self._close_group()
+        try:
+            self._start()
+        except BaseException as exc:
+            return (
+                f"The pool tried to restart its process group and failed ({exc}); it is "
+                "broken: call pool.restart()."
+            )
+        return (
+            "The pool restarted its process group: every rank's namespace was lost "
+            "(variables, models, the Accelerator); run the cells that set them up again."
+        )
+
+    # -- events ------------------------------------------------------------------------------
+    def _emit(self, event: Any) -> None:
+        if self._board is not None:
+            with contextlib.suppress(Exception):
+                self._board.chain(None)(event)
+        self._emit_user(event)
+
+    def _emit_user(self, event: Any) -> None:
+        if self._user_on_event is not None:
+            self._user_on_event(event)
+
+    def _rank_state(self, rank: int, handle: Any) -> str:
+        if self._state == "closed":
+            return "closed"
+        if self._state == "broken":
+            return (
+                "dead" if handle is None or handle.exit_code not in (None, -15, -9) else "stopped"
+            )
+        return "running" if rank in self._current else "idle"
+
+
+def _first_error(replies: dict[int, TaskReply]) -> BaseException | None:
+    fates = [
+        RankFate(r, r, state="raised" if rep.error else "returned", error=rep.error)
+        for r, rep in sorted(replies.items())
+    ]
+    for fate in fates:
+        fate.when = fate.error.when if fate.error is not None else None
+    cause = root_cause(fates)
+    return build_error(cause, fates) if cause is not None else None
+
+
+def _raise_first_error(replies: dict[int, TaskReply]) -> None:
+    error = _first_error(replies)
+    if error is not None:
+        raise error
+
+
+def _note(error: BaseException, text: str) -> None:
+    if hasattr(error, "add_note"):
+        error.add_note(text)
+    elif isinstance(error, WorkerError):
+        error.args = (f"{error.args[0]}\n{text}",)
+
+
+def _rss(pid: int | None) -> int | None:
+    """Resident memory of a process in bytes (Linux), else None."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _close_quietly(holder: list[PoolGroup]) -> None:
+    """At garbage collection or exit: stop a pool that was never shut down."""
+    for group in holder:
+        with contextlib.suppress(Exception):
+            group.close(grace=1.0)
+    holder.clear()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()

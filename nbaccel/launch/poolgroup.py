@@ -1,0 +1,304 @@
+"""One generation of a worker pool's processes: started and joined together, fed tasks, ended."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Collection
+from datetime import timedelta
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import cloudpickle
+
+from .attempt import worker_env, worker_spec
+from .config import LaunchConfig
+from .errors import RankFate, RemoteException, build_error
+from .output import OutputRelay, format_prefix
+from .processes import WorkerGroup, WorkerHandle
+from .render import CellRenderer, cell_renderer
+from .rendezvous import LOOPBACK, StoreHost
+from .tasks import STOP_MESSAGE, WHERE_MESSAGE, TaskReply
+
+__all__ = ["PoolGroup", "RankDied", "RanksStuck"]
+
+_POLL_S = 0.05
+
+
+class RankDied(Exception):
+    """A worker of the generation ended (its fate says how); the generation is unusable."""
+
+    def __init__(self, error: BaseException, fates: list[RankFate]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.fates = fates
+
+
+class RanksStuck(Exception):
+    """Ranks did not answer within the grace period (or the call's timeout)."""
+
+    def __init__(self, ranks: list[int], replies: dict[int, TaskReply], reason: str) -> None:
+        super().__init__(f"rank(s) {ranks} did not finish ({reason})")
+        self.ranks = ranks
+        self.replies = replies
+        self.reason = reason
+
+
+class PoolGroup:
+    """The processes of one generation of a pool, with their store, relay and renderer.
+
+    Args:
+        config: the pool's validated settings.
+        method: ``"fork"`` or ``"spawn"``.
+        generation: 0 for the first start, then 1, 2, ... after each restart.
+        on_event: receives every worker event (display messages are drawn first).
+        line_sink: also receives every output line (the dashboard).
+    """
+
+    def __init__(
+        self,
+        config: LaunchConfig,
+        method: str,
+        generation: int,
+        on_event: Callable[[Any], None] | None,
+        line_sink: Callable[[int, str, str], None] | None,
+    ) -> None:
+        self.config = config
+        self.method = method
+        self.generation = generation
+        self.user_on_event = on_event
+        self.line_sink = line_sink
+        self.ranks = list(range(config.num_processes))
+        self.host: StoreHost | None = None
+        self.relay: OutputRelay | None = None
+        self.renderer: CellRenderer | None = None
+        self.on_event = on_event
+        self.group: WorkerGroup | None = None
+        self.task_pipes: dict[int, Connection] = {}
+        self.replies: dict[int, TaskReply] = {}
+        self.where: dict[int, str] = {}
+        self.ready: dict[int, dict[str, Any]] = {}
+        self.crashed: dict[int, RemoteException] = {}
+
+    # -- start -------------------------------------------------------------------------------
+    def start(self, timeout: float) -> None:
+        """Start every worker and wait (up to ``timeout`` s) until each has joined the group."""
+        config = self.config
+        wait_for = timedelta(seconds=config.rendezvous_timeout)
+        self.host = StoreHost(LOOPBACK, config.use_port or 0, config.world_size, wait_for)
+        prefixes = {
+            r: format_prefix(config.log_line_prefix_template, rank=r, local_rank=r)
+            for r in self.ranks
+        }
+        self.relay = OutputRelay(prefixes, line_sink=self.line_sink)
+        self.renderer = cell_renderer(
+            config.display_ranks, {r: r for r in self.ranks}, prefixes, self.relay.drain
+        )
+        if self.renderer is not None:
+            self.on_event = self.renderer.chain(self.user_on_event)
+        specs, read_ends = [], []
+        for rank in self.ranks:
+            env = worker_env(config, rank, rank, self.host.port, self.generation, self.method)
+            spec = worker_spec(config, rank, rank, env, self.relay, self.method)
+            read_fd, write_fd = os.pipe()
+            self.task_pipes[rank] = Connection(write_fd, readable=False)
+            read_ends.append(read_fd)
+            spec.task_fd, spec.display = read_fd, self.renderer is not None
+            specs.append(spec)
+        keep_out = tuple(pipe.fileno() for pipe in self.task_pipes.values())
+        self.group = WorkerGroup(specs, keep_out=keep_out)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        try:
+            self.group.start()  # fork before the relay's reader thread exists
+        finally:
+            for fd in read_ends:
+                os.close(fd)
+        self.relay.close_child_ends()
+        self.relay.start()
+        self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.ready) < len(self.ranks):
+            self.pump(_POLL_S)
+            self.check_alive()
+            if time.monotonic() > deadline:
+                late = [r for r in self.ranks if r not in self.ready]
+                raise TimeoutError(
+                    f"the pool's rank(s) {late} did not join the process group within "
+                    f"{timeout:.0f}s; nothing is left running. Raise start_timeout=, or look "
+                    "at the ranks' output above for what held them up."
+                )
+
+    @property
+    def handles(self) -> list[WorkerHandle]:
+        """The workers' handles, by rank."""
+        return self.group.handles if self.group is not None else []
+
+    def pids(self) -> dict[int, int]:
+        """Rank -> pid."""
+        return {h.spec.rank: h.pid for h in self.handles}
+
+    # -- messages ----------------------------------------------------------------------------
+    def send(self, message: bytes, ranks: Collection[int]) -> None:
+        """Write one pipe message to each rank in ``ranks``."""
+        for rank in ranks:
+            self.task_pipes[rank].send_bytes(message)
+
+    def pump(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s and handle every message and exit that arrived."""
+        waitables: list[Any] = [h.conn for h in self.handles if h.conn_open]
+        waitables += [h.sentinel for h in self.handles if h.exit_code is None and h.sentinel >= 0]
+        for ready in wait(waitables, timeout=timeout):
+            for handle in self.handles:
+                if ready is handle.conn:
+                    self._receive(handle)
+                elif ready == handle.sentinel:
+                    handle.poll()
+
+    def _receive(self, handle: WorkerHandle) -> None:
+        try:
+            data = handle.conn.recv_bytes()
+        except (EOFError, OSError):
+            handle.conn.close()
+            handle.conn_open = False
+            handle.poll()
+            return
+        kind, rank, payload = cloudpickle.loads(data)
+        if kind == "event":
+            if self.on_event is not None:
+                self.on_event(payload)
+        elif kind == "reply":
+            self.replies[rank] = payload
+        elif kind == "where":
+            self.where[rank] = payload
+        elif kind == "ready":
+            self.ready[rank] = payload
+        elif kind == "error":  # the worker machinery failed; the process is about to end
+            self.crashed[rank] = payload
+
+    def check_alive(self) -> None:
+        """Raise :class:`RankDied` when a worker has ended (or its message pipe closed)."""
+        dead = [h for h in self.handles if h.poll() is not None or not h.conn_open]
+        if not dead:
+            return
+        for handle in dead:  # its last words (an exception) may still be in the pipe
+            while handle.conn_open and handle.conn.poll(0):
+                self._receive(handle)
+        fates = []
+        for handle in self.handles:
+            rank = handle.spec.rank
+            fate = RankFate(rank, rank, exit_code=handle.poll())
+            if handle in dead:
+                error = self.crashed.get(rank)
+                fate.state = (
+                    "raised" if error else "signalled" if (fate.exit_code or 0) < 0 else "exited"
+                )
+                fate.error, fate.when = error, time.time()
+            else:
+                fate.state = "stopped"
+            fates.append(fate)
+        cause = next(f for f in fates if f.failed)
+        raise RankDied(build_error(cause, fates), fates)
+
+    # -- one task ----------------------------------------------------------------------------
+    def collect(
+        self,
+        task_id: int,
+        ranks: Collection[int],
+        grace: float,
+        timeout: float | None,
+    ) -> tuple[dict[int, TaskReply], bool]:
+        """Wait for every rank's reply to ``task_id``; returns them and whether the call was
+        interrupted (then each rank got SIGINT: the task raised ``KeyboardInterrupt`` there).
+
+        Raises:
+            RankDied: a worker ended.
+            RanksStuck: ranks did not answer within ``grace`` s of a peer's failure or of the
+                interrupt, or within ``timeout`` s of the start.
+        """
+        pending, done = set(ranks), dict[int, TaskReply]()
+        started = time.monotonic()
+        failed_at: float | None = None
+        interrupted_at: float | None = None
+        while pending:
+            try:
+                self.pump(_POLL_S)
+            except KeyboardInterrupt:
+                if interrupted_at is not None:  # a second interrupt: stop waiting
+                    raise RanksStuck(sorted(pending), done, "interrupted twice") from None
+                interrupted_at = time.monotonic()
+                self.interrupt(pending)
+                continue
+            for rank in list(pending):
+                reply = self.replies.get(rank)
+                if reply is not None and reply.task_id == task_id:
+                    done[rank] = self.replies.pop(rank)
+                    pending.discard(rank)
+                    if reply.error is not None and failed_at is None:
+                        failed_at = time.monotonic()
+            self.check_alive()
+            now = time.monotonic()
+            if pending and failed_at is not None and now - failed_at > grace:
+                raise RanksStuck(sorted(pending), done, "a peer failed")
+            if pending and interrupted_at is not None and now - interrupted_at > grace:
+                raise RanksStuck(sorted(pending), done, "interrupted")
+            if pending and timeout is not None and now - started > timeout:
+                raise RanksStuck(sorted(pending), done, "timeout")
+        self.drain()
+        return done, interrupted_at is not None
+
+    def interrupt(self, ranks: Collection[int]) -> None:
+        """Send SIGINT to the ranks: their running task raises ``KeyboardInterrupt``."""
+        for handle in self.handles:
+            if handle.spec.rank in ranks:
+                handle.send_signal(signal.SIGINT)
+
+    def ask_where(self, ranks: Collection[int], timeout: float = 3.0) -> dict[int, str]:
+        """Where each rank's main thread is now (answered by its reader thread)."""
+        self.where.clear()
+        with contextlib.suppress(OSError):
+            self.send(WHERE_MESSAGE, ranks)
+        deadline = time.monotonic() + timeout
+        while any(r not in self.where for r in ranks) and time.monotonic() < deadline:
+            self.pump(_POLL_S)
+        return {r: self.where.get(r, "(no answer)") for r in ranks}
+
+    def drain(self) -> None:
+        """Stream every whole line the ranks have written so far."""
+        if self.relay is not None:
+            for rank in self.ranks:
+                self.relay.drain(rank)
+
+    # -- end ---------------------------------------------------------------------------------
+    def close(self, grace: float = 3.0) -> None:
+        """Stop the workers (asked first, then SIGTERM and SIGKILL) and release everything."""
+        try:
+            alive = [h.spec.rank for h in self.handles if h.poll() is None]
+            with contextlib.suppress(OSError):
+                self.send(STOP_MESSAGE, alive)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and any(h.poll() is None for h in self.handles):
+                self.pump(_POLL_S)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self.group is not None:
+            self.group.kill_all(grace=0.5)
+        for handle in self.handles:
+            handle.close()
+        for pipe in self.task_pipes.values():
+            with contextlib.suppress(OSError):
+                pipe.close()
+        self.task_pipes.clear()
+        if self.relay is not None:
+            self.relay.close()
+        if self.renderer is not None:
+            self.renderer.close()
+        if self.host is not None:
+            self.host.close()
