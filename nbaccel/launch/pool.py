@@ -268,13 +268,13 @@ class WorkerPool:
         for rank in range(self.num_processes):
             self._emit(TaskEvent(rank=rank, state="idle"))
 
-    def _close_group(self) -> None:
+    def _close_group(self, grace: float | None = None) -> None:
         group, self._group = self._group, None
         if group is None and self._holder:
             group = self._holder[0]
         self._holder.clear()
         if group is not None:
-            group.close(grace=min(self.grace_period, 3.0))
+            group.close(grace=min(self.grace_period, 3.0) if grace is None else grace)
 
     def _notice_death(self) -> None:
         """A rank that died between calls leaves the pool broken."""
@@ -401,7 +401,7 @@ class WorkerPool:
     def _restart_after(self, reason: str) -> str:
         """Restart the group; the sentence that tells the user what was lost."""
         self._emit(PoolStateEvent(rank=-1, state="restarting", message=reason))
-        self._close_group()
+        self._close_group(grace=0.2)  # stuck ranks would not leave by themselves
         try:
             self._start()
         except BaseException as exc:

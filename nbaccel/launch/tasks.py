@@ -231,9 +231,9 @@ class TaskRunner:
         except SystemExit as exc:
             if exc.code in (None, 0):
                 return TaskReply(task_id, cloudpickle.dumps(None))
-            return TaskReply(task_id, error=capture_exception(exc, time.time()))
+            return TaskReply(task_id, error=capture_exception(_user_frames(exc), time.time()))
         except BaseException as exc:
-            return TaskReply(task_id, error=capture_exception(exc, time.time()))
+            return TaskReply(task_id, error=capture_exception(_user_frames(exc), time.time()))
         try:
             return TaskReply(task_id, dumps_for_parent(value))
         except Exception as exc:
@@ -247,6 +247,14 @@ class TaskRunner:
                 "arrays, numbers, lists, dicts."
             )
             return TaskReply(task_id, error=capture_exception(problem, time.time()))
+
+
+def _user_frames(exc: BaseException) -> BaseException:
+    """``exc`` with the task machinery's own frames (this module's) left out of its traceback."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return exc.with_traceback(tb) if tb is not None else exc
 
 
 class TaskInbox:
