@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Collection
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, TextIO, cast
 
 import cloudpickle
 
@@ -45,6 +45,20 @@ class RanksStuck(Exception):
         self.ranks = ranks
         self.replies = replies
         self.reason = reason
+
+
+class _Current:
+    """``sys.stdout`` or ``sys.stderr`` as it is at each write: a pool outlives the cell it
+    was started in, so its ranks' lines go where the running call's own output goes."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def write(self, text: str) -> int:
+        return int(getattr(sys, self.name).write(text) or 0)
+
+    def flush(self) -> None:
+        getattr(sys, self.name).flush()
 
 
 class PoolGroup:
@@ -93,7 +107,12 @@ class PoolGroup:
             r: format_prefix(config.log_line_prefix_template, rank=r, local_rank=r)
             for r in self.ranks
         }
-        self.relay = OutputRelay(prefixes, line_sink=self.line_sink)
+        self.relay = OutputRelay(
+            prefixes,
+            cast(TextIO, _Current("stdout")),
+            cast(TextIO, _Current("stderr")),
+            line_sink=self.line_sink,
+        )
         self.renderer = cell_renderer(
             config.display_ranks, {r: r for r in self.ranks}, prefixes, self.relay.drain
         )

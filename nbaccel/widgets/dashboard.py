@@ -21,6 +21,9 @@ _COLOURS = {
     "finished": "#2e7d32",
     "failed": "#c62828",
     "stopped": "#ef6c00",
+    "idle": "#2e7d32",
+    "interrupted": "#ef6c00",
+    "dead": "#c62828",
 }
 # Shown under the Stop button when this kernel cannot hear its click during a blocking launch.
 STOP_UNAVAILABLE = (

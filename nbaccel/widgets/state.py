@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..launch.errors import LaunchStopped
-from ..launch.events import MetricsEvent, ProgressEvent, RankStateEvent
+from ..launch.events import MetricsEvent, ProgressEvent, RankStateEvent, TaskEvent
 from .memory import format_bytes, gpu_memory, rss
 
 __all__ = ["DashboardState", "RankView"]
@@ -117,6 +117,9 @@ class DashboardState:
                     self.main_bar = (event.n, event.total, event.desc)
             elif isinstance(event, MetricsEvent):
                 view.metrics.update(event.values)
+            elif isinstance(event, TaskEvent):  # a worker pool's rank: its current cell
+                view.state = event.state
+                view.detail = event.label if event.state == "running" else ""
 
     def chain(self, on_event: Callable[[Any], None] | None) -> Callable[[Any], None]:
         """An ``on_event`` callback that feeds this state, then calls ``on_event``."""
