@@ -252,7 +252,7 @@ class WorkerPool:
             self._close_group()
             self._state = "broken"
             self._problem = f"the pool's workers failed to start: {died.error}"
-            raise died.error from None
+            raise _quiet(died.error)  # noqa: B904 - its cause is the rank's WorkerError
         except BaseException:
             self._close_group()
             self._state = "broken"
@@ -351,9 +351,9 @@ class WorkerPool:
         except RankDied as died:
             self._break(died)
             _note(died.error, self._problem)
-            raise died.error from None
+            raise _quiet(died.error)  # noqa: B904 - its cause is the rank's WorkerError
         except RanksStuck as stuck:
-            raise self._stuck(stuck, task.label) from None
+            raise _quiet(self._stuck(stuck, task.label))  # noqa: B904 - as above
         finally:
             self._current.clear()
             if self._state == "running":
@@ -450,6 +450,12 @@ def _raise_first_error(replies: dict[int, TaskReply]) -> None:
     error = _first_error(replies)
     if error is not None:
         raise error
+
+
+def _quiet(error: BaseException) -> BaseException:
+    """``error`` with the supervisor's own exception hidden from its traceback."""
+    error.__suppress_context__ = True
+    return error
 
 
 def _note(error: BaseException, text: str) -> None:

@@ -208,6 +208,9 @@ class PoolGroup:
         for handle in dead:  # its last words (an exception) may still be in the pipe
             while handle.conn_open and handle.conn.poll(0):
                 self._receive(handle)
+            deadline = time.monotonic() + 3.0  # its pipe closed: its exit status follows
+            while handle.poll() is None and time.monotonic() < deadline:
+                wait([handle.sentinel] if handle.sentinel >= 0 else [], timeout=_POLL_S)
         fates = []
         for handle in self.handles:
             rank = handle.spec.rank

@@ -107,7 +107,9 @@ def test_unpicklable_values_come_back_as_their_repr(pool: WorkerPool) -> None:
     assert group_values([1, 2]) == [([0], 1), ([1], 2)]
 
 
-def test_output_is_whole_rank_prefixed_lines(pool: WorkerPool, capfd: pytest.CaptureFixture) -> None:
+def test_output_is_whole_rank_prefixed_lines(
+    pool: WorkerPool, capfd: pytest.CaptureFixture
+) -> None:
     capfd.readouterr()
     pool.execute("print('alpha', 'beta', rank)\nprint('two\\nlines')")
     lines = capfd.readouterr().out.splitlines()
