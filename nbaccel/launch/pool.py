@@ -240,11 +240,11 @@ class WorkerPool:
     def _start(self) -> None:
         self._generation += 1
         self._state, self._problem = "starting", ""
-        on_event = self._board.chain(self._emit_user) if self._board is not None else None
+        on_event = _weak_forward(self)  # the group must not keep a dropped pool alive
+        if self._board is not None:
+            on_event = self._board.chain(on_event)
         line_sink = getattr(self._board, "line_sink", None)
-        group = PoolGroup(
-            self.config, self.method, self._generation, on_event or self._emit_user, line_sink
-        )
+        group = PoolGroup(self.config, self.method, self._generation, on_event, line_sink)
         self._holder[:] = [group]
         try:
             group.start(self.start_timeout)
@@ -474,6 +474,18 @@ def _rss(pid: int | None) -> int | None:
             return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _weak_forward(pool: WorkerPool) -> Callable[[Any], None]:
+    """An ``on_event`` that passes events to the pool's ``on_event`` while the pool lives."""
+    ref = weakref.ref(pool)
+
+    def forward(event: Any) -> None:
+        alive = ref()
+        if alive is not None:
+            alive._emit_user(event)
+
+    return forward
 
 
 def _close_quietly(holder: list[PoolGroup]) -> None:
