@@ -134,6 +134,11 @@ class WorkerPool:
         return self.config.num_processes
 
     @property
+    def dashboard(self) -> Any:
+        """The dashboard that shows the pool (``dashboard=True`` or one given), else None."""
+        return self._board
+
+    @property
     def state(self) -> str:
         """``ready``, ``running``, ``broken`` (call :meth:`restart`) or ``closed``."""
         self._notice_death()

@@ -1,0 +1,118 @@
+"""WorkerPool in real Jupyter kernels: live lines, rich display, a kernel interrupt, and workers
+that end with their kernel."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("jupyter_client")
+pytest.importorskip("ipykernel")
+
+from kernel_helpers import Cell, Kernel, running_kernel, wait_gone
+
+pytestmark = pytest.mark.notebook
+
+
+@pytest.fixture(scope="module")
+def kernel() -> Iterator[Kernel]:
+    """One kernel with a warm pool of 2 CPU ranks."""
+    with running_kernel() as kernel:
+        kernel.ok(
+            """
+            import ast, time
+            from nbaccel import WorkerPool
+            pool = WorkerPool(2, cpu=True, grace_period=5.0)
+            """,
+            timeout=120,
+        )
+        yield kernel
+        kernel.execute("pool.shutdown()")
+
+
+def _pids(kernel: Kernel) -> list[int]:
+    return [int(p) for p in kernel.value("[row['pid'] for row in pool.status()]")[1:-1].split(",")]
+
+
+def test_lines_reach_the_cell_live_whole_and_prefixed(kernel: Kernel) -> None:
+    cell = kernel.ok(
+        """
+        pool.execute("import time\\nprint('first', rank, 'of', world_size)\\n"
+                     "time.sleep(1.5)\\nprint('second', rank)")
+        """
+    )
+    lines = cell.lines()
+    for rank in (0, 1):
+        assert f"[rank{rank}]: first {rank} of 2" in lines, cell.describe()
+        assert f"[rank{rank}]: second {rank}" in lines, cell.describe()
+    first = next(o for o in cell.outputs if "first" in o.text)
+    assert cell.finished is not None and cell.finished - first.at > 1.0  # shown while running
+
+
+def test_rich_display_goes_through_the_display_channel(kernel: Kernel) -> None:
+    cell = kernel.ok(
+        """
+        pool.execute("from IPython.display import display, HTML\\n"
+                     "display(HTML(f'<b>table of rank {rank}</b>'))")
+        """
+    )
+    shown = [d for d in cell.displays if d.kind == "display_data"]
+    assert [d.data.get("text/html") for d in shown] == ["<b>table of rank 0</b>"], cell.describe()
+    assert shown[0].rank == 0
+
+
+def test_a_kernel_interrupt_stops_the_task_on_every_rank_and_keeps_the_pool(
+    kernel: Kernel,
+) -> None:
+    kernel.ok("pool.execute('kept = rank + 10')")
+    pids = _pids(kernel)
+    cell = kernel.submit(
+        """
+        pool.execute("import time\\nsteps = 0\\nprint('looping', rank, flush=True)\\n"
+                     "while True:\\n    steps += 1\\n    time.sleep(0.001)", label="In [long]")
+        """
+    )
+    asked: list[bool] = []
+
+    def interrupt_when_looping(message: dict[str, Any], seen: Cell) -> None:
+        if not asked and seen.stdout.count("looping") == 2:
+            asked.append(True)
+            kernel.interrupt()
+
+    kernel.collect(cell, timeout=60, on_message=interrupt_when_looping)
+    assert asked and cell.status == "error" and cell.ename == "KeyboardInterrupt", cell.describe()
+    assert "every namespace is kept" in cell.error_text
+    assert kernel.value("pool.pull('kept')") == "[10, 11]"
+    assert kernel.value("all(n > 0 for n in pool.pull('steps'))") == "True"
+    assert _pids(kernel) == pids
+    assert kernel.value("pool.run(lambda: 'next')") == "['next', 'next']"
+
+
+def test_a_dashboard_pool_shows_a_widget(kernel: Kernel) -> None:
+    cell = kernel.ok(
+        """
+        with WorkerPool(2, cpu=True, dashboard=True) as shown_pool:
+            shown_pool.execute("1", label="In [d]")
+            print(shown_pool.dashboard.summary())
+        """,
+        timeout=120,
+    )
+    kinds = {key for d in cell.displays for key in d.data}
+    assert "application/vnd.jupyter.widget-view+json" in kinds, cell.describe()
+    assert "rank 0:" in cell.stdout and "rank 1:" in cell.stdout
+
+
+def test_workers_end_with_their_kernel_on_restart_and_shutdown() -> None:
+    with running_kernel() as other:
+        start = "from nbaccel import WorkerPool\npool = WorkerPool(2, cpu=True)"
+        other.ok(start, timeout=120)
+        pids = _pids(other)
+        other.manager.restart_kernel(now=True)
+        other.client.wait_for_ready(timeout=60)
+        assert wait_gone(pids, 15) == []
+        other.ok(start, timeout=120)
+        pids = _pids(other)
+        other.shutdown(now=True)
+        assert wait_gone(pids, 15) == []
