@@ -13,26 +13,23 @@ import cloudpickle
 
 from .attempt import banner
 from .config import LaunchConfig, _number
-from .errors import RankFate, WorkerError, build_error, root_cause
 from .events import PoolStateEvent, TaskEvent
 from .guard import choose_start_method
 from .notebook import open_dashboard, refuse_existing_state
+from .poolerrors import (
+    PoolBrokenError,
+    PoolClosedError,
+    TaskTimeoutError,
+    add_note,
+    quiet,
+    raise_first_error,
+    stuck_error,
+    stuck_message,
+)
 from .poolgroup import PoolGroup, RankDied, RanksStuck
 from .tasks import CallTask, CellTask, PullTask, PushTask, TaskReply, encode_task
 
 __all__ = ["PoolBrokenError", "PoolClosedError", "TaskTimeoutError", "WorkerPool"]
-
-
-class PoolBrokenError(RuntimeError):
-    """A rank of the pool died; the pool refuses work until ``restart()``."""
-
-
-class PoolClosedError(RuntimeError):
-    """The pool was shut down."""
-
-
-class TaskTimeoutError(TimeoutError):
-    """A task ran past the pool's ``timeout``; the pool restarted its group."""
 
 
 class WorkerPool:
@@ -257,7 +254,7 @@ class WorkerPool:
             self._close_group()
             self._state = "broken"
             self._problem = f"the pool's workers failed to start: {died.error}"
-            raise _quiet(died.error)  # noqa: B904 - its cause is the rank's WorkerError
+            raise quiet(died.error)  # noqa: B904 - its cause is the rank's WorkerError
         except BaseException:
             self._close_group()
             self._state = "broken"
@@ -355,10 +352,10 @@ class WorkerPool:
             )
         except RankDied as died:
             self._break(died)
-            _note(died.error, self._problem)
-            raise _quiet(died.error)  # noqa: B904 - its cause is the rank's WorkerError
+            add_note(died.error, self._problem)
+            raise quiet(died.error)  # noqa: B904 - its cause is the rank's WorkerError
         except RanksStuck as stuck:
-            raise _quiet(self._stuck(stuck, task.label))  # noqa: B904 - as above
+            raise quiet(self._stuck(stuck, task.label))  # noqa: B904 - as above
         finally:
             self._current.clear()
             if self._state == "running":
@@ -371,7 +368,7 @@ class WorkerPool:
                 f"{task.label} was interrupted on every rank; the pool is up and every "
                 "namespace is kept."
             )
-        _raise_first_error(replies)
+        raise_first_error(replies)
         return replies
 
     @staticmethod
@@ -382,26 +379,14 @@ class WorkerPool:
         """The error of a task whose ranks did not finish; the group is restarted first."""
         group = self._group
         where = group.ask_where(stuck.ranks) if group is not None else {}
-        lines = "\n".join(f"  rank {r}: {where.get(r, '?').splitlines()[0]}" for r in stuck.ranks)
         limit = (
             f"timeout={self.config.timeout}s"
             if stuck.reason == "timeout"
             else f"grace_period={self.grace_period}s"
         )
-        why = {"a peer failed": " after another rank failed", "interrupted": " after the interrupt"}
-        text = (
-            f"rank(s) {stuck.ranks} did not finish {label} within {limit}"
-            f"{why.get(stuck.reason, '')}; they were at:\n{lines}\n"
-        )
+        text = stuck_message(stuck.ranks, label, limit, stuck.reason, where)
         text += self._restart_after(f"rank(s) {stuck.ranks} were stuck")
-        if stuck.reason == "a peer failed":
-            error = _first_error(stuck.replies)
-            if error is not None:
-                _note(error, text)
-                return error
-        if stuck.reason == "timeout":
-            return TaskTimeoutError(text)
-        return KeyboardInterrupt(text)
+        return stuck_error(stuck.reason, text, stuck.replies)
 
     def _restart_after(self, reason: str) -> str:
         """Restart the group; the sentence that tells the user what was lost."""
@@ -438,36 +423,6 @@ class WorkerPool:
                 "dead" if handle is None or handle.exit_code not in (None, -15, -9) else "stopped"
             )
         return "running" if rank in self._current else "idle"
-
-
-def _first_error(replies: dict[int, TaskReply]) -> BaseException | None:
-    fates = [
-        RankFate(r, r, state="raised" if rep.error else "returned", error=rep.error)
-        for r, rep in sorted(replies.items())
-    ]
-    for fate in fates:
-        fate.when = fate.error.when if fate.error is not None else None
-    cause = root_cause(fates)
-    return build_error(cause, fates) if cause is not None else None
-
-
-def _raise_first_error(replies: dict[int, TaskReply]) -> None:
-    error = _first_error(replies)
-    if error is not None:
-        raise error
-
-
-def _quiet(error: BaseException) -> BaseException:
-    """``error`` with the supervisor's own exception hidden from its traceback."""
-    error.__suppress_context__ = True
-    return error
-
-
-def _note(error: BaseException, text: str) -> None:
-    if hasattr(error, "add_note"):
-        error.add_note(text)
-    elif isinstance(error, WorkerError):
-        error.args = (f"{error.args[0]}\n{text}",)
 
 
 def _rss(pid: int | None) -> int | None:
