@@ -119,6 +119,8 @@ class WorkerPool:
         self._current: dict[int, str] = {}
         self._last: dict[int, str] = {}
         self._devices: dict[int, str] = {}
+        self._pids: dict[int, int] = {}
+        self._fates: dict[int, str] = {}  # a broken pool's ranks: dead or stopped
         if self._board is not None:
             self._board.begin(self.config.num_processes, 0)
         print(banner(self.config, self.method, verb="Starting a pool of"), flush=True)
@@ -195,12 +197,12 @@ class WorkerPool:
         group = self._group
         rows = []
         for rank in range(self.num_processes):
-            handle = group.handles[rank] if group is not None and group.handles else None
-            pid = handle.pid if handle is not None else None
+            live = group is not None and self._state in ("ready", "running")
+            pid = self._pids.get(rank) if live or self._state == "broken" else None
             row: dict[str, Any] = {
                 "rank": rank,
                 "pid": pid,
-                "state": self._rank_state(rank, handle),
+                "state": self._rank_state(rank),
                 "cell": self._current.get(rank),
                 "last_cell": self._last.get(rank),
                 "rss": _rss(pid) if self._state in ("ready", "running") else None,
@@ -262,6 +264,7 @@ class WorkerPool:
             raise
         self._group = group
         self._devices = {r: str(info.get("device")) for r, info in group.ready.items()}
+        self._pids = group.pids()
         self._current.clear()
         self._state = "ready"
         if self._board is not None and hasattr(self._board, "set_pids"):
@@ -295,8 +298,9 @@ class WorkerPool:
         )
         self._close_group()
         self._state = "broken"
-        for fate in died.fates:
-            self._emit(TaskEvent(rank=fate.rank, state="dead" if fate.failed else "stopped"))
+        self._fates = {f.rank: "dead" if f.failed else "stopped" for f in died.fates}
+        for rank, state in self._fates.items():
+            self._emit(TaskEvent(rank=rank, state=state))
         self._emit(PoolStateEvent(rank=-1, state="broken", message=self._problem))
 
     # -- one task ----------------------------------------------------------------------------
@@ -415,13 +419,11 @@ class WorkerPool:
         if self._user_on_event is not None:
             self._user_on_event(event)
 
-    def _rank_state(self, rank: int, handle: Any) -> str:
-        if self._state == "closed":
-            return "closed"
+    def _rank_state(self, rank: int) -> str:
+        if self._state in ("closed", "starting"):
+            return self._state
         if self._state == "broken":
-            return (
-                "dead" if handle is None or handle.exit_code not in (None, -15, -9) else "stopped"
-            )
+            return self._fates.get(rank, "dead")
         return "running" if rank in self._current else "idle"
 
 
