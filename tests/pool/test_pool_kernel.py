@@ -63,6 +63,19 @@ def test_rich_display_goes_through_the_display_channel(kernel: Kernel) -> None:
     assert shown[0].rank == 0
 
 
+def test_a_rank_error_shows_its_type_rank_and_traceback_in_the_cell(kernel: Kernel) -> None:
+    kernel.ok("pool.execute('kept_here = 1')")
+    cell = kernel.execute(
+        """
+        pool.execute("if rank == 1:\\n    raise ValueError('bad shard')", label="In [e]")
+        """
+    )
+    assert cell.status == "error" and cell.ename == "ValueError", cell.describe()
+    text = cell.error_text
+    assert "rank 1 failed: ValueError: bad shard" in text and "<nbaccel cell In [e]>" in text
+    assert kernel.value("pool.pull('kept_here')") == "[1, 1]"
+
+
 def test_a_kernel_interrupt_stops_the_task_on_every_rank_and_keeps_the_pool(
     kernel: Kernel,
 ) -> None:

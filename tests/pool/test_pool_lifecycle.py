@@ -134,14 +134,21 @@ def test_fork_is_refused_after_cuda_init_and_spawn_runs_cells_and_functions(
         assert pool.pull("kept") == [row["pid"] for row in pool.status()]
 
 
-def test_the_dashboard_shows_each_rank_state_and_current_cell() -> None:
+def test_status_and_the_dashboard_show_each_rank_state_and_current_cell() -> None:
     board = TextDashboard(io.StringIO())
     seen: list[str] = []
     with WorkerPool(2, cpu=True, dashboard=board) as pool:
-        timer = threading.Timer(0.7, lambda: seen.append(board.summary()))
+        rows: list[dict[str, object]] = []
+
+        def look() -> None:
+            seen.append(board.summary())
+            rows.extend(pool.status())
+
+        timer = threading.Timer(0.7, look)
         timer.start()
         pool.execute("import time\ntime.sleep(1.5)", label="In [3]")
         timer.join()
+        assert [(row["state"], row["cell"]) for row in rows] == [("running", "In [3]")] * 2
         board.sample_memory()
         idle = board.summary()
     assert "rank 0: running (In [3])" in seen[0] and "rank 1: running (In [3])" in seen[0]
