@@ -124,7 +124,13 @@ class WorkerPool:
         if self._board is not None:
             self._board.begin(self.config.num_processes, 0)
         print(banner(self.config, self.method, verb="Starting a pool of"), flush=True)
-        self._start()
+        try:
+            self._start()
+        except BaseException as exc:
+            if self._board is not None:
+                with contextlib.suppress(Exception):
+                    self._board.end(exc)
+            raise
 
     # -- the public calls --------------------------------------------------------------------
     @property

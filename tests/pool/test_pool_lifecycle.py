@@ -154,3 +154,10 @@ def test_status_and_the_dashboard_show_each_rank_state_and_current_cell() -> Non
     assert "rank 0: running (In [3])" in seen[0] and "rank 1: running (In [3])" in seen[0]
     assert "rank 0: idle" in idle and "RSS -" not in idle
     assert "Finished" in board.summary()
+
+
+def test_a_start_past_start_timeout_says_so_and_leaves_nothing() -> None:
+    before = psutil.Process().children(recursive=True)
+    with pytest.raises(TimeoutError, match="did not join the process group within"):
+        WorkerPool(2, cpu=True, start_timeout=0.01)
+    assert psutil.Process().children(recursive=True) == before
