@@ -159,3 +159,13 @@ def test_bad_call_arguments_are_refused(pool: WorkerPool) -> None:
     with pytest.raises(TypeError, match="variable names"):
         pool.push({"not a name": 1})
     assert pool.execute("1 + 1") == [2, 2]  # nothing of that reached the ranks
+
+
+def test_values_larger_than_a_pipe_travel_both_ways(pool: WorkerPool) -> None:
+    import torch
+
+    big = torch.arange(1_000_000, dtype=torch.float32)  # 4 MB: many pipe buffers
+    pool.push({"big": big})
+    assert pool.execute("float(big.sum())") == [float(big.sum())] * 2
+    back = pool.pull("big", ranks=1)[0]
+    assert torch.equal(back, big)
