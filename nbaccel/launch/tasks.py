@@ -162,7 +162,7 @@ _INTERNAL = tuple(
 
 def where_now(thread_id: int | None = None) -> str:
     """Where a thread of this process is (the main thread by default): its innermost line
-    outside torch and nbaccel, then the whole stack."""
+    outside torch, nbaccel and the standard library (the user's line), then the whole stack."""
     ident = threading.main_thread().ident if thread_id is None else thread_id
     frame = sys._current_frames().get(ident or 0)
     if frame is None:
