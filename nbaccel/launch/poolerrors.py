@@ -56,10 +56,13 @@ def quiet(error: BaseException) -> BaseException:
 
 
 def add_note(error: BaseException, text: str) -> None:
-    if hasattr(error, "add_note"):
+    """Add ``text`` to the message of the rank's :class:`WorkerError` (``error`` itself or its
+    cause), which every traceback display shows (IPython before 8.14 shows no notes)."""
+    target = error if isinstance(error, WorkerError) else error.__cause__
+    if isinstance(target, WorkerError):
+        target.args = (f"{target.args[0]}\n\n{text.rstrip()}",)
+    elif hasattr(error, "add_note"):
         error.add_note(text)
-    elif isinstance(error, WorkerError):
-        error.args = (f"{error.args[0]}\n{text}",)
 
 
 def stuck_message(

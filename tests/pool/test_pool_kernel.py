@@ -76,6 +76,23 @@ def test_a_rank_error_shows_its_type_rank_and_traceback_in_the_cell(kernel: Kern
     assert kernel.value("pool.pull('kept_here')") == "[1, 1]"
 
 
+def test_a_rank_stuck_in_a_collective_is_named_and_the_group_restarts(kernel: Kernel) -> None:
+    kernel.ok("pool.execute('lost_here = 1')\npool.grace_period = 1.5")
+    cell = kernel.execute(
+        """
+        pool.execute("import torch, torch.distributed as dist\\n"
+                     "if rank == 1:\\n    raise KeyError('no shard')\\n"
+                     "dist.all_reduce(torch.ones(1))", label="In [s]")
+        """
+    )
+    kernel.ok("pool.grace_period = 5.0")
+    assert cell.status == "error" and cell.ename == "KeyError", cell.describe()
+    text = cell.error_text
+    assert "rank(s) [0] did not finish In [s]" in text and "dist.all_reduce" in text, text
+    assert "namespace was lost" in text
+    assert kernel.value("pool.execute('\\'lost_here\\' in globals()')") == "[False, False]"
+
+
 def test_a_kernel_interrupt_stops_the_task_on_every_rank_and_keeps_the_pool(
     kernel: Kernel,
 ) -> None:
