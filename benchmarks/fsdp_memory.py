@@ -22,7 +22,7 @@ from torch import nn
 
 from . import harness
 
-__all__ = ["NAME", "SUMMARY", "add_arguments", "main", "run"]
+__all__ = ["NAME", "SUMMARY", "add_arguments", "run"]
 
 NAME = "fsdp_memory"
 SUMMARY = "params + grads + optimizer state per process, and ms/step: FSDP FULL_SHARD vs DDP"
