@@ -45,6 +45,8 @@ COLAB_TESTS=(
 tier unit 300 tests/unit
 tier multiprocess 900 tests/multiprocess
 tier notebook 900 tests/notebook
+# the persistent worker pool (WorkerPool, the %nbaccel magics): real processes and kernels
+tier pool 300 tests/pool
 # The notebook tests again, against the kernel of a Colab-like virtual environment (Colab's
 # Jupyter pins: docs/colab_kaggle.md), built once by tests/colab/make_env.sh and then reused.
 bash tests/colab/make_env.sh .venv-colab
