@@ -1,5 +1,4 @@
-"""debug_launcher runs while the calling process holds a state (as Accelerate's does, e.g.
-after a test's Accelerator), leaves that state as it was; notebook_launcher still refuses."""
+"""debug_launcher runs beside the caller's state and keeps it; notebook_launcher refuses."""
 
 from __future__ import annotations
 

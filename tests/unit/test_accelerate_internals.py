@@ -1,7 +1,4 @@
-"""The internals that code and tests written for Accelerate touch: the state classes'
-``_shared_state`` and ``_reset_state``, reads after a reset, ``ACCELERATE_TORCH_DEVICE``,
-Accelerate's logger names, pickling a prepared Accelerator, 8-/4-bit models with offload and
-the FSDP plugin's Accelerate-only field."""
+"""Accelerate internals that code and tests touch: state views and resets, devices, pickling."""
 
 from __future__ import annotations
 
