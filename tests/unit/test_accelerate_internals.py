@@ -20,6 +20,7 @@ from nbaccel import (
     PartialState,
 )
 from nbaccel.data_loader import DataLoaderShard, skip_first_batches
+from nbaccel.state import is_initialized
 from nbaccel.utils import convert_dict_to_env_variables
 
 
@@ -54,6 +55,15 @@ def test_accelerator_shared_state_follows_its_own_record() -> None:
     assert PartialState._shared_state != {}  # kept, as in Accelerate
     AcceleratorState._reset_state(reset_partial_state=True)
     assert PartialState._shared_state == {}
+
+
+def test_is_initialized_follows_the_accelerator_state() -> None:
+    PartialState(cpu=True)
+    assert is_initialized() is False
+    Accelerator(cpu=True)
+    assert is_initialized() is True
+    AcceleratorState._reset_state()
+    assert is_initialized() is False
 
 
 def test_gradient_state_reset_starts_from_the_defaults() -> None:
