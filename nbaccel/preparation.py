@@ -14,6 +14,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from .data import DataLoaderConfiguration, prepare_data_loader
+from .model_tools import check_quantized_placement
 from .modeling import ParameterMoves, compile_regions, move_model_to_device
 from .optim import AcceleratedOptimizer, AcceleratedScheduler
 from .plugins import TorchDynamoPlugin
@@ -76,6 +77,18 @@ class Preparer:
     dataloaders: list[Any] = field(default_factory=list)
     _seen: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
     _moves: ParameterMoves = field(default_factory=ParameterMoves)
+
+    # -- pickling (an Accelerator with its prepared objects pickles, as in Accelerate) ---------
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_seen"] = list(self._seen)  # a WeakSet does not pickle; its members do
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        seen = state.pop("_seen", [])
+        self.__dict__.update(state)
+        self._seen = weakref.WeakSet()
+        self._remember(*seen)
 
     # -- the entry point ---------------------------------------------------------------------
     def prepare(
@@ -165,6 +178,8 @@ class Preparer:
             return model
         self._check_new(model, "model")
         place = self.device_placement if device_placement is None else device_placement
+        if check_quantized_placement(model, self.device, self.num_processes > 1):
+            place = False  # an 8-/4-bit model stays where its device map put it
         has_meta = any(t.is_meta for t in (*model.parameters(), *model.buffers()))
         if place and not has_meta:  # a model still on "meta" is materialised by its strategy
             before = list(model.parameters())

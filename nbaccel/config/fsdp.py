@@ -89,6 +89,10 @@ FSDP_KEYS: dict[str, tuple[Callable[[Any], Any], str]] = {
     ),
     "fsdp_cpu_ram_efficient_loading": (as_bool, "load weights on rank 0 only, then broadcast"),
     "fsdp_activation_checkpointing": (as_bool, "recompute activations in backward"),
+    "fsdp_activation_checkpointing_offload": (
+        as_bool,
+        "version 2: keep the checkpointed layers' inputs on the CPU",
+    ),
     "fsdp_backward_prefetch": (
         lambda v: as_choice(v, PREFETCH),
         f"version 1: {', '.join(PREFETCH)}",
@@ -219,6 +223,7 @@ class FsdpConfig:
             ("fsdp_offload_params", "offload params"),
             ("fsdp_cpu_ram_efficient_loading", "RAM-efficient loading"),
             ("fsdp_activation_checkpointing", "activation checkpointing"),
+            ("fsdp_activation_checkpointing_offload", "activations offloaded"),
             ("xla", "XLA (TPU)"),
         ):
             if values.get(key):

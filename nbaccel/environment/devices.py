@@ -94,10 +94,18 @@ def choose_device(launch: LaunchEnvironment, cpu: bool = False) -> DeviceChoice:
 
     Args:
         launch: how the process was launched.
-        cpu: force the CPU even when an accelerator is present.
+        cpu: force the CPU even when an accelerator is present (a device named in
+            ``launch.torch_device`` is used even then, as Accelerate does).
     """
     force_cpu = cpu or launch.use_cpu
     distributed_backend = "gloo" if launch.distributed else None
+    if launch.torch_device is not None:  # asked for by name: used as it is, as in Accelerate
+        named = torch.device(launch.torch_device)
+        if named.type == "xla":
+            return DeviceChoice(named, "xla", "xla")
+        if named.type == "cuda" and launch.distributed:
+            return DeviceChoice(named, "nccl", "cuda")
+        return DeviceChoice(named, distributed_backend, named.type)
     if force_cpu:
         return DeviceChoice(torch.device("cpu"), distributed_backend, "cpu")
     if xla_available():

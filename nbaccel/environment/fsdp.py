@@ -37,6 +37,7 @@ _ACCELERATE_VARIABLES = {
     "FSDP_SYNC_MODULE_STATES": "fsdp_sync_module_states",
     "FSDP_CPU_RAM_EFFICIENT_LOADING": "fsdp_cpu_ram_efficient_loading",
     "FSDP_ACTIVATION_CHECKPOINTING": "fsdp_activation_checkpointing",
+    "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD": "fsdp_activation_checkpointing_offload",
 }
 _V1_ONLY = (
     "fsdp_sharding_strategy",

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import torch
+
 from ._vars import _PRECISIONS, _TRUE, _bool_var, _environ, _int_var
 
 
@@ -27,6 +29,8 @@ class LaunchEnvironment:
         debug: debug mode was asked for (``NBACCEL_DEBUG_MODE`` / ``ACCELERATE_DEBUG_MODE``).
         mixed_precision: precision chosen by the launcher, or None.
         use_cpu: the launcher asked for CPU only.
+        torch_device: the device asked for with ``NBACCEL_TORCH_DEVICE`` or
+            ``ACCELERATE_TORCH_DEVICE`` (e.g. ``"cuda:1"``), used as it is; None when unset.
     """
 
     rank: int = 0
@@ -42,6 +46,7 @@ class LaunchEnvironment:
     debug: bool = False
     mixed_precision: str | None = None
     use_cpu: bool = False
+    torch_device: str | None = None
 
     @property
     def distributed(self) -> bool:
@@ -72,6 +77,20 @@ def _precision_var(env: Mapping[str, str]) -> str | None:
                     f"use one of {list(_PRECISIONS)}."
                 )
             return value
+    return None
+
+
+def _device_var(env: Mapping[str, str]) -> str | None:
+    for name in ("NBACCEL_TORCH_DEVICE", "ACCELERATE_TORCH_DEVICE"):
+        raw = env.get(name, "").strip()
+        if raw:
+            try:
+                return str(torch.device(raw))
+            except (RuntimeError, ValueError):
+                raise ValueError(
+                    f"Environment variable {name}={raw!r} is not a torch device; use a name "
+                    "such as 'cpu', 'cuda', 'cuda:1' or 'mps', or unset it."
+                ) from None
     return None
 
 
@@ -130,6 +149,7 @@ def read_launch_environment(environ: Mapping[str, str] | None = None) -> LaunchE
         debug=debug_mode_requested(env),
         mixed_precision=_precision_var(env),
         use_cpu=_bool_var(env, "NBACCEL_USE_CPU", "ACCELERATE_USE_CPU"),
+        torch_device=_device_var(env),
     )
 
 

@@ -31,7 +31,10 @@ __all__ = [
 F = TypeVar("F")
 _FORBIDDEN = (";", "\n", "<", ">", " ")
 _MIN_KERNEL = "5.5.0"
-_LOGGER = logging.getLogger(__name__)
+# Accelerate's name for the logger of these functions: code that captures or silences their
+# warnings by logger name (logging config, assertLogs, caplog) keeps working after the swap.
+ACCELERATE_LOGGER_NAME = "accelerate.utils.environment"
+_LOGGER = logging.getLogger(ACCELERATE_LOGGER_NAME)
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
     CheckpointImpl,
     apply_activation_checkpointing,
     checkpoint_wrapper,
+    offload_wrapper,
 )
 
 from .policies import module_predicate
@@ -30,9 +31,19 @@ def wrap_targets(model: nn.Module, policy: Any, skip: list[nn.Module]) -> list[n
     return found
 
 
-def apply_checkpointing(model: nn.Module, policy: Any, skip: list[nn.Module]) -> int:
+def _checkpointed(module: nn.Module, offload: bool) -> nn.Module:
+    wrapped = checkpoint_wrapper(module, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+    # offload_wrapper saves what the checkpoint keeps for its recompute (the layer's input)
+    # in CPU memory during forward and brings it back in backward
+    return offload_wrapper(wrapped) if offload else wrapped
+
+
+def apply_checkpointing(
+    model: nn.Module, policy: Any, skip: list[nn.Module], offload: bool = False
+) -> int:
     """Recompute activations in backward for the layers ``policy`` picks (without a policy:
-    the model's direct children that hold parameters). Returns how many were wrapped."""
+    the model's direct children that hold parameters); with ``offload`` the inputs kept for
+    the recompute wait in CPU memory. Returns how many were wrapped."""
     targets = wrap_targets(model, policy, skip)
     if not targets:
         skipped = {id(m) for m in skip}
@@ -44,9 +55,7 @@ def apply_checkpointing(model: nn.Module, policy: Any, skip: list[nn.Module]) ->
     chosen = {id(m) for m in targets}
     apply_activation_checkpointing(
         model,
-        checkpoint_wrapper_fn=functools.partial(
-            checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT
-        ),
+        checkpoint_wrapper_fn=functools.partial(_checkpointed, offload=offload),
         check_fn=lambda module: id(module) in chosen,
     )
     return len(chosen)

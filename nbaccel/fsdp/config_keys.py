@@ -23,6 +23,7 @@ KEY_TO_ARGUMENT = {
     "fsdp_state_dict_type": "state_dict_type",
     "fsdp_cpu_ram_efficient_loading": "cpu_ram_efficient_loading",
     "fsdp_activation_checkpointing": "activation_checkpointing",
+    "fsdp_activation_checkpointing_offload": "activation_checkpointing_offload",
     "fsdp_backward_prefetch": "backward_prefetch",
     "fsdp_forward_prefetch": "forward_prefetch",
     "fsdp_use_orig_params": "use_orig_params",

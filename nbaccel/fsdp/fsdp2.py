@@ -91,7 +91,8 @@ def shard_fsdp2(
     ignored = resolve_ignored_modules(model, plugin.ignored_modules)
     predicate = fsdp2_prepare_auto_wrap_policy(plugin, model)
     if plugin.activation_checkpointing:
-        apply_checkpointing(model, plugin.auto_wrap_policy, ignored)
+        offload = bool(plugin.activation_checkpointing_offload)
+        apply_checkpointing(model, plugin.auto_wrap_policy, ignored, offload=offload)
     names = _rename_map(model)
     load = plugin.cpu_ram_efficient_loading or plugin.sync_module_states
     if has_meta_tensors(model) and not load:

@@ -41,7 +41,9 @@ class FullyShardedDataParallelPlugin:
     ``fully_shard``). See ``docs/fsdp.md`` for what each option does.
 
     ``fsdp_group_size`` (nbaccel's addition, as in hfai's FSDP): with a HYBRID strategy,
-    that many processes shard together and the groups replicate each other.
+    that many processes shard together and the groups replicate each other. It and the TPU
+    options (``xla``, ``xla_fsdp_settings``, ``xla_fsdp_grad_ckpt``) are keyword-only, so
+    the positional order is Accelerate's.
     """
 
     fsdp_version: int | None = None
@@ -61,9 +63,11 @@ class FullyShardedDataParallelPlugin:
     sync_module_states: bool | None = None
     forward_prefetch: bool | None = None
     activation_checkpointing: bool | None = None
+    activation_checkpointing_offload: bool | None = None
     cpu_ram_efficient_loading: bool | None = None
     transformer_cls_names_to_wrap: list[str] | None = None
     min_num_params: int | None = None
+    _: dataclasses.KW_ONLY
     fsdp_group_size: int | None = None
     xla: bool = False
     xla_fsdp_settings: dict[str, Any] | None = None
@@ -195,6 +199,19 @@ class FullyShardedDataParallelPlugin:
         self.use_orig_params = bool(self.use_orig_params)
         self.forward_prefetch = bool(self.forward_prefetch)
         self.activation_checkpointing = bool(self.activation_checkpointing)
+        self.activation_checkpointing_offload = bool(self.activation_checkpointing_offload)
+        if self.activation_checkpointing_offload and not self.activation_checkpointing:
+            raise ValueError(
+                "activation_checkpointing_offload=True keeps the inputs that activation "
+                "checkpointing saves on the CPU, so it needs activation_checkpointing=True."
+            )
+        if self.activation_checkpointing_offload and version != 2:
+            raise _bad(
+                "activation_checkpointing_offload",
+                True,
+                version,
+                "it is applied with FSDP2's fully_shard; set fsdp_version=2",
+            )
 
     def _set_wrap_policy(self) -> None:
         policy = self.auto_wrap_policy

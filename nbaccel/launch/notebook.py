@@ -8,7 +8,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ..state.registry import STATE, reset_registry
+from ..state.registry import STATE, reset_registry, set_aside
 from .attempt import LaunchPlan
 from .config import LaunchConfig
 from .dashboards import new_dashboard
@@ -121,8 +121,14 @@ def notebook_launcher(
 def debug_launcher(
     function: Callable[..., Any], args: tuple[Any, ...] = (), num_processes: int = 2
 ) -> list[Any]:
-    """Run ``function(*args)`` on ``num_processes`` CPU processes (for tests and debugging)."""
-    return notebook_launcher(function, args, num_processes=num_processes, cpu=True)
+    """Run ``function(*args)`` on ``num_processes`` CPU processes (for tests and debugging).
+
+    As Accelerate's, it runs even when this process already holds a state (a test's
+    Accelerator): the launched function starts from none, and this process's state is
+    unchanged afterwards.
+    """
+    with set_aside():
+        return notebook_launcher(function, args, num_processes=num_processes, cpu=True)
 
 
 # -- helpers ---------------------------------------------------------------------------------

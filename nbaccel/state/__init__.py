@@ -7,5 +7,12 @@ instance sees the state set up by the first one, and documented attributes are r
 from .accelerator import AcceleratorState
 from .gradient import GradientState
 from .partial import PartialState
+from .registry import STATE
 
-__all__ = ["AcceleratorState", "GradientState", "PartialState"]
+__all__ = ["AcceleratorState", "GradientState", "PartialState", "is_initialized"]
+
+
+def is_initialized() -> bool:
+    """True once an ``AcceleratorState`` (or ``Accelerator``) has been set up in this process
+    (``AcceleratorState().initialized`` without creating one)."""
+    return STATE.accelerator is not None

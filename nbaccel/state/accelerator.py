@@ -6,8 +6,9 @@ from typing import Any, NoReturn
 
 from ..enums import PrecisionType
 from .parallel_view import ParallelismStateMixin
-from .partial import PartialState, ProcessView
-from .registry import STATE, AcceleratorRecord, current_process, reset_registry
+from .partial import PartialState, ProcessView, process_items
+from .registry import STATE, AcceleratorRecord, ProcessRecord, current_process, reset_registry
+from .shared import SharedState, StateResetError
 
 __all__ = ["AcceleratorState"]
 
@@ -19,6 +20,28 @@ _LATER = (
 
 def _refuse(what: str) -> NoReturn:
     raise NotImplementedError(_LATER.format(what=what))
+
+
+def _accelerator_items() -> dict[str, Any]:
+    """The state under the names of Accelerate's ``AcceleratorState._shared_state``."""
+    record = STATE.accelerator
+    if record is None or STATE.process is None:
+        return {}
+    return {
+        **process_items(),
+        "_mixed_precision": record.mixed_precision,
+        "deepspeed_plugins": None,
+        "device_mesh": getattr(record.parallelism_config, "device_mesh", None),
+        "dynamo_plugin": record.dynamo_plugin,
+        "fsdp_plugin": record.fsdp_plugin,
+        "parallelism_config": record.parallelism_config,
+        "torch_tp_plugin": None,
+    }
+
+
+def _reset_accelerator_state() -> None:
+    STATE.accelerator = None
+    STATE.gradient = None
 
 
 class AcceleratorState(ParallelismStateMixin, ProcessView):
@@ -102,11 +125,18 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
     def _record(self) -> AcceleratorRecord:
         record = STATE.accelerator
         if record is None:
-            raise RuntimeError(
+            raise StateResetError(
                 "The nbaccel state was reset after this AcceleratorState was created; create "
                 "a new one."
             )
         return record
+
+    def _process(self) -> ProcessRecord:
+        self._record()  # an AcceleratorState reads nothing once its own state was reset
+        return current_process()
+
+    def _was_reset(self) -> bool:
+        return STATE.accelerator is None or STATE.process is None
 
     @property
     def fsdp_plugin(self) -> Any:
@@ -147,10 +177,13 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
         """Not supported yet: raises ``NotImplementedError``."""
         _refuse(f"select_deepspeed_plugin({name!r})")
 
-    @classmethod
-    def _reset_state(cls, reset_partial_state: bool = False) -> None:
+    _shared_state = SharedState("AcceleratorState", _accelerator_items, _reset_accelerator_state)
+
+    @staticmethod
+    def _reset_state(reset_partial_state: bool = False) -> None:
+        """Forget the accelerator state (and the process state with ``reset_partial_state``);
+        state objects created before then raise ``AttributeError`` when read."""
         if reset_partial_state:
             reset_registry()
         else:
-            STATE.accelerator = None
-            STATE.gradient = None
+            _reset_accelerator_state()

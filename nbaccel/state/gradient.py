@@ -6,8 +6,25 @@ from typing import Any
 
 from ..plugins import GradientAccumulationPlugin
 from .registry import STATE, GradientRecord
+from .shared import SharedState
 
 __all__ = ["GradientState"]
+
+
+def _gradient_items() -> dict[str, Any]:
+    """The record under the names of Accelerate's ``GradientState._shared_state``."""
+    record = STATE.gradient
+    if record is None:
+        return {}
+    return {
+        "_is_xla_gradients_synced": record.xla_gradients_synced,
+        "plugin_kwargs": record.plugin.to_kwargs(),
+        "sync_gradients": record.sync_gradients,
+    }
+
+
+def _reset_gradient_state() -> None:
+    STATE.gradient = None
 
 
 class GradientState:
@@ -29,6 +46,13 @@ class GradientState:
             STATE.gradient = GradientRecord(plugin=plugin or GradientAccumulationPlugin())
         elif plugin is not None:
             STATE.gradient.plugin = plugin
+
+    _shared_state = SharedState("GradientState", _gradient_items, _reset_gradient_state)
+
+    @staticmethod
+    def _reset_state() -> None:
+        """Forget the gradient state (the next GradientState starts from the defaults)."""
+        _reset_gradient_state()
 
     @staticmethod
     def _record() -> GradientRecord:

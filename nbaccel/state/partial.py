@@ -6,7 +6,7 @@ import builtins
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -16,11 +16,13 @@ from ..splitting import split_for_process
 from .handshake import enter
 from .registry import (
     STATE,
+    ProcessRecord,
     build_process_record,
     current_process,
     process_group_kwargs,
     reset_registry,
 )
+from .shared import SharedState, missing_attribute
 
 __all__ = ["PartialState", "ProcessView"]
 
@@ -38,8 +40,39 @@ def _check_index(name: str, value: Any, limit: int, what: str) -> int:
     return value
 
 
+def process_items() -> dict[str, Any]:
+    """The process record under the names Accelerate's ``PartialState._shared_state`` uses."""
+    record = STATE.process
+    if record is None:
+        return {}
+    return {
+        "_cpu": record.cpu,
+        "backend": record.backend,
+        "debug": record.launch.debug,
+        "device": record.device,
+        "distributed_type": record.distributed_type,
+        "fork_launched": record.launch.fork_launched,
+        "local_process_index": record.local_process_index,
+        "num_processes": record.num_processes,
+        "process_index": record.process_index,
+    }
+
+
 class ProcessView:
     """Attributes and process-control helpers shared by PartialState and AcceleratorState."""
+
+    def _process(self) -> ProcessRecord:
+        """The process record this view reads (an ``AttributeError`` once it was reset)."""
+        return current_process()
+
+    def _was_reset(self) -> bool:
+        return STATE.process is None
+
+    if not TYPE_CHECKING:  # keep attribute checking for type checkers
+
+        def __getattr__(self, name: str) -> Any:
+            # Only reached when normal lookup failed: a property read after a reset, or a typo.
+            missing_attribute(self, name, reset=self._was_reset())
 
     # -- documented attributes ---------------------------------------------------------------
     @property
@@ -50,7 +83,7 @@ class ProcessView:
     @property
     def device(self) -> torch.device:
         """The device this process computes on."""
-        return current_process().device
+        return self._process().device
 
     @property
     def default_device(self) -> torch.device:
@@ -60,7 +93,7 @@ class ProcessView:
     @property
     def backend(self) -> str | None:
         """The process-group backend (``gloo``, ``nccl``, ``xla``) or None on one process."""
-        return current_process().backend
+        return self._process().backend
 
     @property
     def distributed_type(self) -> DistributedType:
@@ -68,27 +101,27 @@ class ProcessView:
         acc = STATE.accelerator
         if acc is not None and acc.fsdp_plugin is not None:
             return DistributedType.FSDP
-        return current_process().distributed_type
+        return self._process().distributed_type
 
     @property
     def num_processes(self) -> int:
         """Number of processes in the job."""
-        return current_process().num_processes
+        return self._process().num_processes
 
     @property
     def process_index(self) -> int:
         """Global index of this process."""
-        return current_process().process_index
+        return self._process().process_index
 
     @property
     def local_process_index(self) -> int:
         """Index of this process on its machine."""
-        return current_process().local_process_index
+        return self._process().local_process_index
 
     @property
     def local_num_processes(self) -> int:
         """Number of processes on this machine."""
-        return current_process().local_num_processes
+        return self._process().local_num_processes
 
     @property
     def is_main_process(self) -> bool:
@@ -116,27 +149,27 @@ class ProcessView:
         acc = STATE.accelerator
         if acc is not None:
             return acc.mixed_precision
-        return current_process().launch.mixed_precision or "no"
+        return self._process().launch.mixed_precision or "no"
 
     @property
     def debug(self) -> bool:
         """True when debug mode is on (``NBACCEL_DEBUG_MODE=1``)."""
-        return current_process().launch.debug
+        return self._process().launch.debug
 
     @property
     def fork_launched(self) -> bool:
         """True in a worker forked by the notebook launcher."""
-        return current_process().launch.fork_launched
+        return self._process().launch.fork_launched
 
     @property
     def restart_count(self) -> int:
         """How many times the group was restarted before this attempt (0 on the first)."""
-        return current_process().launch.restart_count
+        return self._process().launch.restart_count
 
     # -- synchronisation ---------------------------------------------------------------------
     def wait_for_everyone(self) -> None:
         """Block until every process reaches this point (no-op on one process)."""
-        kind = current_process().distributed_type
+        kind = self._process().distributed_type
         if kind == DistributedType.XLA:
             import torch_xla.core.xla_model as xm
 
@@ -281,6 +314,10 @@ class PartialState(ProcessView):
                     "Accelerator with cpu=True (or restart the kernel)."
                 )
 
-    @classmethod
-    def _reset_state(cls) -> None:
+    _shared_state = SharedState("PartialState", process_items, reset_registry)
+
+    @staticmethod
+    def _reset_state() -> None:
+        """Forget the process state (Accelerate's spelling of ``nbaccel.testing.reset_state``);
+        state objects created before then raise ``AttributeError`` when read."""
         reset_registry()

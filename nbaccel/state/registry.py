@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,7 @@ from ..environment import (
 )
 from ..kwargs_handlers import InitProcessGroupKwargs
 from ..plugins import GradientAccumulationPlugin
+from .shared import StateResetError
 
 __all__ = [
     "STATE",
@@ -31,6 +32,7 @@ __all__ = [
     "current_process",
     "process_group_kwargs",
     "reset_registry",
+    "set_aside",
 ]
 
 _PG_KWARGS = ("backend", "init_method", "timeout")
@@ -99,6 +101,21 @@ def reset_registry(destroy_process_group: bool = False) -> None:
     STATE.process = None
     STATE.accelerator = None
     STATE.gradient = None
+
+
+@contextlib.contextmanager
+def set_aside() -> Iterator[None]:
+    """Run a block with no state set up, then put this process's state back as it was.
+
+    ``debug_launcher`` runs under it: like Accelerate's, it starts its processes whatever the
+    calling process holds (each launched process sets up its own state).
+    """
+    kept = (STATE.process, STATE.accelerator, STATE.gradient)
+    reset_registry()
+    try:
+        yield
+    finally:
+        STATE.process, STATE.accelerator, STATE.gradient = kept
 
 
 def process_group_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -192,7 +209,7 @@ def _leave_process_group() -> None:
 def current_process() -> ProcessRecord:
     record = STATE.process
     if record is None:
-        raise RuntimeError(
+        raise StateResetError(
             "The nbaccel state was reset after this object was created; create a new "
             "PartialState() (or Accelerator()) to read the current state."
         )

@@ -226,17 +226,19 @@ def ignored_modules_v2() -> None:
     _ignored(2)
 
 
-def _checkpointing(version: int) -> None:
+def _checkpointing(version: int, offload: bool = False) -> None:
     _acc, model = train(
         Plugin(
             fsdp_version=version,
             activation_checkpointing=True,
+            activation_checkpointing_offload=offload,
             auto_wrap_policy="transformer_based_wrap",
             transformer_cls_names_to_wrap=["Block"],
         )
     )
     names = [type(m).__name__ for m in model.modules()]
     assert "CheckpointWrapper" in names, names
+    assert ("OffloadWrapper" in names) is offload, names
     assert_matches(model, reference(3))
 
 
@@ -248,6 +250,11 @@ def activation_checkpointing_v1() -> None:
 @check
 def activation_checkpointing_v2() -> None:
     _checkpointing(2)
+
+
+@check
+def activation_checkpointing_offload_v2() -> None:
+    _checkpointing(2, offload=True)
 
 
 def _accumulation(version: int) -> None:

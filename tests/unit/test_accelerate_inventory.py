@@ -89,10 +89,7 @@ DIFFERS: dict[str, str] = {
 
 # Changed by the other parts of issue 20 (behaviour, FSDP config, collectives). Remove an
 # entry once its branch is merged and the entry passes.
-PENDING_BEHAVIOUR: dict[str, str] = {
-    "FullyShardedDataParallelPlugin": "activation_checkpointing_offload; xla/fsdp_group_size "
-    "keyword-only (the plugin's fields follow the config keys)",
-}
+PENDING_BEHAVIOUR: dict[str, str] = {}
 
 INVENTORY = load_inventory()
 _OUT = {name for names in OUT_OF_SCOPE.values() for name in names.split()}
