@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import warnings
 from collections.abc import Iterator
@@ -12,10 +11,17 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from .accelerator_args import (
+    UNSET,
+    accumulation_plugin,
+    check_arguments,
+    handler_map,
+    resolve_dataloader_config,
+)
 from .accelerator_extras import AcceleratorExtrasMixin
 from .accumulation import AccumulationCounter
 from .checkpoint.mixin import CheckpointingMixin
-from .config.resolve import configured_accumulation_steps, configured_dynamo_plugin
+from .config.resolve import configured_dynamo_plugin
 from .data import DataLoaderConfiguration, skip_first_batches
 from .enums import DynamoBackend, RNGType
 from .fsdp import FullyShardedDataParallelPlugin
@@ -42,81 +48,10 @@ from .state import AcceleratorState, GradientState
 from .state.registry import STATE
 from .strategies import strategy_for
 from .tracking import TrackingMixin, resolve_log_with
-from .validation import check_bool, check_instance, check_path
 
 __all__ = ["Accelerator"]
 
 T = TypeVar("T")
-_HANDLERS = (
-    DistributedDataParallelKwargs,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
-    AutocastKwargs,
-    ProfileKwargs,
-)
-_UNSET: Any = object()
-
-
-def _check_arguments(**given: Any) -> None:
-    """Type checks of the Accelerator's arguments that the state does not make itself."""
-    for name in ("device_placement", "step_scheduler_with_optimizer"):
-        check_bool(f"Accelerator({name})", given[name])
-    check_path("Accelerator(project_dir)", given["project_dir"])
-    kinds = {
-        "dataloader_config": (DataLoaderConfiguration, "a DataLoaderConfiguration"),
-        "project_config": (ProjectConfiguration, "a ProjectConfiguration"),
-        "dynamo_plugin": (TorchDynamoPlugin, "a TorchDynamoPlugin"),
-        "fsdp_plugin": (FullyShardedDataParallelPlugin, "a FullyShardedDataParallelPlugin"),
-    }
-    for name, (kind, what) in kinds.items():
-        check_instance(f"Accelerator({name})", given[name], kind, what)
-
-
-def _handlers(kwargs_handlers: list[KwargsHandler] | None) -> dict[type, KwargsHandler]:
-    found: dict[type, KwargsHandler] = {}
-    for handler in kwargs_handlers or []:
-        kind = type(handler)
-        if kind not in _HANDLERS:
-            allowed = ", ".join(h.__name__ for h in _HANDLERS)
-            raise TypeError(f"kwargs_handlers got a {kind.__name__}; allowed: {allowed}.")
-        if kind in found:
-            raise ValueError(f"kwargs_handlers has two {kind.__name__} objects; pass one.")
-        found[kind] = handler
-    return found
-
-
-def _dataloader_config(
-    config: DataLoaderConfiguration | None, overrides: dict[str, Any]
-) -> DataLoaderConfiguration:
-    config = config or DataLoaderConfiguration()
-    given = {k: v for k, v in overrides.items() if v is not _UNSET}
-    if not given:
-        return config
-    warnings.warn(
-        f"Passing {sorted(given)} to Accelerator() directly is deprecated; use "
-        "dataloader_config=DataLoaderConfiguration(...).",
-        FutureWarning,
-        stacklevel=3,
-    )
-    return dataclasses.replace(config, **given)
-
-
-def _accumulation_plugin(
-    steps: int, plugin: GradientAccumulationPlugin | None
-) -> GradientAccumulationPlugin:
-    if plugin is not None:
-        if steps != 1:
-            raise ValueError(
-                "Pass gradient_accumulation_steps or gradient_accumulation_plugin, not both."
-            )
-        return plugin
-    if steps == 1 and not isinstance(steps, bool):  # not given: the config file's, if it says
-        steps = configured_accumulation_steps() or 1
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(
-            f"gradient_accumulation_steps={steps!r} is not allowed; it must be an int >= 1."
-        )
-    return GradientAccumulationPlugin(num_steps=steps)
 
 
 class Accelerator(
@@ -131,7 +66,7 @@ class Accelerator(
     def __init__(
         self,
         device_placement: bool = True,
-        split_batches: bool = _UNSET,
+        split_batches: bool = UNSET,
         mixed_precision: str | None = None,
         gradient_accumulation_steps: int = 1,
         cpu: bool = False,
@@ -152,9 +87,9 @@ class Accelerator(
         deepspeed_plugins: Any = None,
         parallelism_config: Any = None,
         *,
-        dispatch_batches: bool | None = _UNSET,
-        even_batches: bool = _UNSET,
-        use_seedable_sampler: bool = _UNSET,
+        dispatch_batches: bool | None = UNSET,
+        even_batches: bool = UNSET,
+        use_seedable_sampler: bool = UNSET,
         fp16: bool | None = None,
     ) -> None:
         if fp16:
@@ -175,7 +110,7 @@ class Accelerator(
                 )
         if fsdp_plugin is None and STATE.accelerator is None and launched_with_fsdp():
             fsdp_plugin = FullyShardedDataParallelPlugin()  # the launch's fsdp_config
-        _check_arguments(
+        check_arguments(
             device_placement=device_placement,
             dataloader_config=dataloader_config,
             project_dir=project_dir,
@@ -184,8 +119,8 @@ class Accelerator(
             fsdp_plugin=fsdp_plugin,
             step_scheduler_with_optimizer=step_scheduler_with_optimizer,
         )
-        handlers = _handlers(kwargs_handlers)
-        accumulation = _accumulation_plugin(
+        handlers = handler_map(kwargs_handlers)
+        accumulation = accumulation_plugin(
             gradient_accumulation_steps, gradient_accumulation_plugin
         )
         if dynamo_backend is not None and dynamo_plugin is None:
@@ -216,7 +151,7 @@ class Accelerator(
                 STATE.accelerator = None
             raise
         self.gradient_state = GradientState(gradient_accumulation_plugin=accumulation)
-        self.dataloader_config = _dataloader_config(
+        self.dataloader_config = resolve_dataloader_config(
             dataloader_config,
             {
                 "split_batches": split_batches,
@@ -289,7 +224,7 @@ class Accelerator(
 
     @gradient_accumulation_steps.setter
     def gradient_accumulation_steps(self, steps: int) -> None:
-        plugin = _accumulation_plugin(steps, None)
+        plugin = accumulation_plugin(steps, None)
         current = self.gradient_state.plugin_kwargs
         current["num_steps"] = plugin.num_steps
         GradientState(GradientAccumulationPlugin(**current))
