@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -26,7 +24,8 @@ from .poolerrors import (
     stuck_error,
     stuck_message,
 )
-from .poolgroup import PoolGroup, RankDied, RanksStuck
+from .poolgroup import PoolGroup, RankDied, RanksStuck, close_groups_quietly, weak_forward
+from .poolstatus import RankBook
 from .tasks import CallTask, CellTask, PullTask, PushTask, TaskReply, encode_task
 
 __all__ = ["PoolBrokenError", "PoolClosedError", "TaskTimeoutError", "WorkerPool"]
@@ -111,16 +110,12 @@ class WorkerPool:
         self._board = open_dashboard(dashboard)
         self._group: PoolGroup | None = None
         self._holder: list[PoolGroup] = []  # what the finaliser stops if the pool is dropped
-        self._finalizer = weakref.finalize(self, _close_quietly, self._holder)
+        self._finalizer = weakref.finalize(self, close_groups_quietly, self._holder)
         self._generation = -1
         self._task_id = 0
         self._state = "starting"
         self._problem = ""
-        self._current: dict[int, str] = {}
-        self._last: dict[int, str] = {}
-        self._devices: dict[int, str] = {}
-        self._pids: dict[int, int] = {}
-        self._fates: dict[int, str] = {}  # a broken pool's ranks: dead or stopped
+        self._book = RankBook()
         if self._board is not None:
             self._board.begin(self.config.num_processes, 0)
         print(banner(self.config, self.method, verb="Starting a pool of"), flush=True)
@@ -200,24 +195,7 @@ class WorkerPool:
         ``stopped``, ``closed``), ``cell`` (the task running now, else None), ``last_cell``,
         ``rss`` (bytes), ``device``; ``error`` says why when the pool is broken."""
         self._notice_death()
-        group = self._group
-        rows = []
-        for rank in range(self.num_processes):
-            live = group is not None and self._state in ("ready", "running")
-            pid = self._pids.get(rank) if live or self._state == "broken" else None
-            row: dict[str, Any] = {
-                "rank": rank,
-                "pid": pid,
-                "state": self._rank_state(rank),
-                "cell": self._current.get(rank),
-                "last_cell": self._last.get(rank),
-                "rss": _rss(pid) if self._state in ("ready", "running") else None,
-                "device": self._devices.get(rank),
-            }
-            if self._state == "broken":
-                row["error"] = self._problem
-            rows.append(row)
-        return rows
+        return self._book.rows(self.num_processes, self._state, self._problem)
 
     def restart(self) -> None:
         """Stop every worker and start new ones (a new group; every namespace is lost)."""
@@ -250,7 +228,7 @@ class WorkerPool:
     def _start(self) -> None:
         self._generation += 1
         self._state, self._problem = "starting", ""
-        on_event = _weak_forward(self)  # the group must not keep a dropped pool alive
+        on_event = weak_forward(self)  # the group must not keep a dropped pool alive
         if self._board is not None:
             on_event = self._board.chain(on_event)
         line_sink = getattr(self._board, "line_sink", None)
@@ -269,9 +247,9 @@ class WorkerPool:
             self._problem = "the pool's workers failed to start"
             raise
         self._group = group
-        self._devices = {r: str(info.get("device")) for r, info in group.ready.items()}
-        self._pids = group.pids()
-        self._current.clear()
+        self._book.devices = {r: str(info.get("device")) for r, info in group.ready.items()}
+        self._book.pids = group.pids()
+        self._book.current.clear()
         self._state = "ready"
         if self._board is not None and hasattr(self._board, "set_pids"):
             self._board.set_pids(group.pids())
@@ -304,8 +282,8 @@ class WorkerPool:
         )
         self._close_group()
         self._state = "broken"
-        self._fates = {f.rank: "dead" if f.failed else "stopped" for f in died.fates}
-        for rank, state in self._fates.items():
+        self._book.fates = {f.rank: "dead" if f.failed else "stopped" for f in died.fates}
+        for rank, state in self._book.fates.items():
             self._emit(TaskEvent(rank=rank, state=state))
         self._emit(PoolStateEvent(rank=-1, state="broken", message=self._problem))
 
@@ -343,7 +321,7 @@ class WorkerPool:
         message = encode_task(task)
         group = self._usable()
         for rank in chosen:
-            self._current[rank] = self._last[rank] = task.label
+            self._book.current[rank] = self._book.last[rank] = task.label
             self._emit(
                 TaskEvent(rank=rank, state="running", label=task.label, task_id=task.task_id)
             )
@@ -367,7 +345,7 @@ class WorkerPool:
         except RanksStuck as stuck:
             raise quiet(self._stuck(stuck, task.label))  # noqa: B904 - as above
         finally:
-            self._current.clear()
+            self._book.current.clear()
             if self._state == "running":
                 self._state = "ready"
         for rank, reply in replies.items():
@@ -424,43 +402,3 @@ class WorkerPool:
     def _emit_user(self, event: Any) -> None:
         if self._user_on_event is not None:
             self._user_on_event(event)
-
-    def _rank_state(self, rank: int) -> str:
-        if self._state in ("closed", "starting"):
-            return self._state
-        if self._state == "broken":
-            return self._fates.get(rank, "dead")
-        return "running" if rank in self._current else "idle"
-
-
-def _rss(pid: int | None) -> int | None:
-    """Resident memory of a process in bytes (Linux), else None."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/statm", encoding="ascii") as handle:
-            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _weak_forward(pool: WorkerPool) -> Callable[[Any], None]:
-    """An ``on_event`` that passes events to the pool's ``on_event`` while the pool lives."""
-    ref = weakref.ref(pool)
-
-    def forward(event: Any) -> None:
-        alive = ref()
-        if alive is not None:
-            alive._emit_user(event)
-
-    return forward
-
-
-def _close_quietly(holder: list[PoolGroup]) -> None:
-    """At garbage collection or exit: stop a pool that was never shut down."""
-    for group in holder:
-        with contextlib.suppress(Exception):
-            group.close(grace=1.0)
-    holder.clear()
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()

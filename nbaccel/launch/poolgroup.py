@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import time
+import weakref
 from collections.abc import Callable, Collection
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
@@ -23,7 +24,7 @@ from .render import CellRenderer, cell_renderer
 from .rendezvous import LOOPBACK, StoreHost
 from .tasks import STOP_MESSAGE, WHERE_MESSAGE, TaskReply
 
-__all__ = ["PoolGroup", "RankDied", "RanksStuck"]
+__all__ = ["PoolGroup", "RankDied", "RanksStuck", "close_groups_quietly", "weak_forward"]
 
 _POLL_S = 0.05
 
@@ -324,3 +325,26 @@ class PoolGroup:
             self.renderer.close()
         if self.host is not None:
             self.host.close()
+
+
+def weak_forward(pool: Any) -> Callable[[Any], None]:
+    """An ``on_event`` that passes events to the pool's ``on_event`` while the pool lives
+    (the group must not keep a dropped pool alive)."""
+    ref = weakref.ref(pool)
+
+    def forward(event: Any) -> None:
+        alive = ref()
+        if alive is not None:
+            alive._emit_user(event)
+
+    return forward
+
+
+def close_groups_quietly(holder: list[PoolGroup]) -> None:
+    """At garbage collection or exit: stop a pool that was never shut down."""
+    for group in holder:
+        with contextlib.suppress(Exception):
+            group.close(grace=1.0)
+    holder.clear()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()

@@ -1,0 +1,60 @@
+"""What a WorkerPool knows of each rank between tasks: pid, device, the cell it runs, its fate
+when the pool broke; and the rows of ``WorkerPool.status()``."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+__all__ = ["RankBook", "rss_bytes"]
+
+
+def rss_bytes(pid: int | None) -> int | None:
+    """Resident memory of a process in bytes (Linux), else None."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclasses.dataclass
+class RankBook:
+    """Per-rank book-keeping of one pool: filled at start, updated by each task."""
+
+    current: dict[int, str] = dataclasses.field(default_factory=dict)  # running now
+    last: dict[int, str] = dataclasses.field(default_factory=dict)  # the latest task's label
+    devices: dict[int, str] = dataclasses.field(default_factory=dict)
+    pids: dict[int, int] = dataclasses.field(default_factory=dict)
+    fates: dict[int, str] = dataclasses.field(default_factory=dict)  # broken: dead or stopped
+
+    def rank_state(self, rank: int, pool_state: str) -> str:
+        """``idle``/``running`` in a live pool; ``dead``/``stopped`` in a broken one."""
+        if pool_state in ("closed", "starting"):
+            return pool_state
+        if pool_state == "broken":
+            return self.fates.get(rank, "dead")
+        return "running" if rank in self.current else "idle"
+
+    def rows(self, num_processes: int, pool_state: str, problem: str) -> list[dict[str, Any]]:
+        """The rows of ``WorkerPool.status()``."""
+        live = pool_state in ("ready", "running")
+        rows = []
+        for rank in range(num_processes):
+            pid = self.pids.get(rank) if live or pool_state == "broken" else None
+            row: dict[str, Any] = {
+                "rank": rank,
+                "pid": pid,
+                "state": self.rank_state(rank, pool_state),
+                "cell": self.current.get(rank),
+                "last_cell": self.last.get(rank),
+                "rss": rss_bytes(pid) if live else None,
+                "device": self.devices.get(rank),
+            }
+            if pool_state == "broken":
+                row["error"] = problem
+            rows.append(row)
+        return rows
