@@ -11,7 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from .. import utils as _utils
+from ..utils import (
+    parse_choice_from_env,
+)
 from .requirements import device_count
 
 __all__ = [
@@ -169,7 +171,7 @@ def path_in_accelerate_package(*components: str) -> Path:
 
 def pytest_xdist_worker_id() -> int:
     """The number of this pytest-xdist worker (``gw3`` -> 3); 0 without pytest-xdist."""
-    worker = _utils.parse_choice_from_env("PYTEST_XDIST_WORKER", "gw0")
+    worker = parse_choice_from_env("PYTEST_XDIST_WORKER", "gw0")
     found = re.fullmatch(r"gw(\d+)", worker)
     return int(found.group(1)) if found else 0
 

@@ -14,8 +14,11 @@ from typing import Any
 
 import torch
 
-from .. import utils as _utils
 from ..environment import choose_device, cuda_device_count, read_launch_environment
+from ..utils import (
+    is_pytest_available,
+    parse_flag_from_env,
+)
 
 __all__ = [
     "device_count",
@@ -66,13 +69,13 @@ def skip(test_case: Any) -> Any:
 
 def slow(test_case: Any) -> Any:
     """Mark a slow test: it runs only when ``RUN_SLOW`` is set to a true value (yes, 1, ...)."""
-    run_slow = _utils.parse_flag_from_env("RUN_SLOW", default=False)
+    run_slow = parse_flag_from_env("RUN_SLOW", default=False)
     return unittest.skipUnless(run_slow, "test is slow (set RUN_SLOW=1 to run it)")(test_case)
 
 
 def run_first(test_case: Any) -> Any:
     """Ask pytest-order to run the test first (where pytest is installed; else unchanged)."""
-    if not _utils.is_pytest_available():
+    if not is_pytest_available():
         return test_case
     import pytest
 

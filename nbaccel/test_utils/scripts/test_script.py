@@ -20,10 +20,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+import nbaccel.testing.sanity as sanity
 from nbaccel.accelerator import Accelerator
 from nbaccel.state import PartialState
 from nbaccel.test_utils.cases import are_the_same_tensors
-from nbaccel.testing import sanity
 from nbaccel.utils import broadcast_object_list, gather, gather_object, synchronize_rng_states
 
 __all__ = ["main"]
