@@ -14,49 +14,8 @@ from typing import Any
 
 import torch
 
-from ..utils import (
-    compare_versions,
-    is_aim_available,
-    is_bnb_available,
-    is_clearml_available,
-    is_comet_ml_available,
-    is_cuda_available,
-    is_datasets_available,
-    is_deepspeed_available,
-    is_dvclive_available,
-    is_fp8_available,
-    is_fp16_available,
-    is_habana_gaudi1,
-    is_hpu_available,
-    is_import_timer_available,
-    is_matplotlib_available,
-    is_mlflow_available,
-    is_mlu_available,
-    is_mps_available,
-    is_musa_available,
-    is_neuron_available,
-    is_npu_available,
-    is_pandas_available,
-    is_peft_available,
-    is_pippy_available,
-    is_schedulefree_available,
-    is_sdaa_available,
-    is_swanlab_available,
-    is_tensorboard_available,
-    is_timm_available,
-    is_torch_version,
-    is_torch_xla_available,
-    is_torchao_available,
-    is_torchdata_stateful_dataloader_available,
-    is_torchvision_available,
-    is_trackio_available,
-    is_transformer_engine_available,
-    is_transformer_engine_mxfp8_available,
-    is_transformers_available,
-    is_triton_available,
-    is_wandb_available,
-    is_xpu_available,
-)
+import nbaccel.utils.imports as u
+
 from .requirements import _torch_count, device_count, requirement, torch_device
 
 __all__ = [
@@ -78,67 +37,67 @@ __all__ = [
 
 
 def _cuda() -> bool:
-    return is_cuda_available() and not is_torch_xla_available()
+    return u.is_cuda_available() and not u.is_torch_xla_available()
 
 
 def _fp8() -> bool:
     """An fp8 library is installed and, on an NVIDIA GPU, the GPU computes in fp8 (sm_89+)."""
-    if not is_fp8_available():
+    if not u.is_fp8_available():
         return False
-    if is_cuda_available() and torch.cuda.get_device_capability() < (8, 9):
+    if u.is_cuda_available() and torch.cuda.get_device_capability() < (8, 9):
         return False
-    return not (is_hpu_available() and is_habana_gaudi1())
+    return not (u.is_hpu_available() and u.is_habana_gaudi1())
 
 
 def _tp() -> bool:
-    if not (is_transformers_available() and is_torch_version(">=", "2.3.0")):
+    if not (u.is_transformers_available() and u.is_torch_version(">=", "2.3.0")):
         return False
-    return compare_versions("transformers", ">=", "4.52.0")
+    return u.compare_versions("transformers", ">=", "4.52.0")
 
 
 def _trackers() -> bool:
     """A tracker library that logs without an account is installed, and comet_ml is not."""
-    found = (is_wandb_available, is_tensorboard_available, is_trackio_available)
-    return any(f() for f in (*found, is_swanlab_available)) and not is_comet_ml_available()
+    found = (u.is_wandb_available, u.is_tensorboard_available, u.is_trackio_available)
+    return any(f() for f in (*found, u.is_swanlab_available)) and not u.is_comet_ml_available()
 
 
 # Hardware, from nbaccel's device choice.
 require_cpu = requirement(torch_device == "cpu", "only a CPU (it is skipped where a GPU is used)")
 require_non_cpu = requirement(torch_device != "cpu", "a hardware accelerator (GPU, TPU, ...)")
 require_cuda = requirement(_cuda, "a CUDA GPU (without torch_xla)")
-require_cuda_or_hpu = requirement(lambda: _cuda() or is_hpu_available(), "a CUDA GPU or an HPU")
-require_cuda_or_xpu = requirement(lambda: _cuda() or is_xpu_available(), "a CUDA GPU or an XPU")
-require_xpu = requirement(is_xpu_available, "an Intel XPU")
+require_cuda_or_hpu = requirement(lambda: _cuda() or u.is_hpu_available(), "a CUDA GPU or an HPU")
+require_cuda_or_xpu = requirement(lambda: _cuda() or u.is_xpu_available(), "a CUDA GPU or an XPU")
+require_xpu = requirement(u.is_xpu_available, "an Intel XPU")
 require_non_xpu = requirement(torch_device != "xpu", "a device other than an XPU")
 require_non_hpu = requirement(torch_device != "hpu", "a device other than an HPU")
-require_mlu = requirement(is_mlu_available, "an MLU")
-require_sdaa = requirement(is_sdaa_available, "an SDAA")
-require_musa = requirement(is_musa_available, "a MUSA device")
-require_npu = requirement(is_npu_available, "an Ascend NPU")
-require_neuron = requirement(is_neuron_available, "AWS Neuron cores")
-require_mps = requirement(is_mps_available, "Apple's MPS backend")
-require_tpu = requirement(lambda: is_torch_xla_available(check_is_tpu=True), "a TPU")
-require_non_torch_xla = requirement(lambda: not is_torch_xla_available(), "no torch_xla")
+require_mlu = requirement(u.is_mlu_available, "an MLU")
+require_sdaa = requirement(u.is_sdaa_available, "an SDAA")
+require_musa = requirement(u.is_musa_available, "a MUSA device")
+require_npu = requirement(u.is_npu_available, "an Ascend NPU")
+require_neuron = requirement(u.is_neuron_available, "AWS Neuron cores")
+require_mps = requirement(u.is_mps_available, "Apple's MPS backend")
+require_tpu = requirement(lambda: u.is_torch_xla_available(check_is_tpu=True), "a TPU")
+require_non_torch_xla = requirement(lambda: not u.is_torch_xla_available(), "no torch_xla")
 require_single_device = requirement(
     torch_device != "cpu" and device_count == 1, "exactly one hardware accelerator"
 )
-require_single_gpu = requirement(lambda: is_cuda_available() and device_count == 1, "one GPU")
+require_single_gpu = requirement(lambda: u.is_cuda_available() and device_count == 1, "one GPU")
 require_single_xpu = requirement(lambda: _torch_count("xpu") == 1, "exactly one XPU")
 require_multi_device = requirement(device_count > 1, "several hardware accelerators")
-require_multi_gpu = requirement(lambda: is_cuda_available() and device_count > 1, "2+ GPUs")
+require_multi_gpu = requirement(lambda: u.is_cuda_available() and device_count > 1, "2+ GPUs")
 require_multi_xpu = requirement(lambda: _torch_count("xpu") > 1, "several XPUs")
 require_multi_gpu_or_xpu = requirement(
-    lambda: (is_cuda_available() or is_xpu_available()) and device_count > 1,
+    lambda: (u.is_cuda_available() or u.is_xpu_available()) and device_count > 1,
     "several GPUs or XPUs",
 )
 
 # Precision and torch features.
-require_fp16 = requirement(is_fp16_available, "fp16 support")
+require_fp16 = requirement(u.is_fp16_available, "fp16 support")
 require_fp8 = requirement(_fp8, "fp8 support (a library and a device that computes in fp8)")
-require_fsdp2 = requirement(lambda: is_torch_version(">=", "2.5.0"), "FSDP2 (torch >= 2.5)")
+require_fsdp2 = requirement(lambda: u.is_torch_version(">=", "2.5.0"), "FSDP2 (torch >= 2.5)")
 require_tp = requirement(_tp, "tensor parallelism (torch >= 2.3 and transformers >= 4.52)")
 require_pippy = requirement(
-    lambda: is_pippy_available() and not is_habana_gaudi1(), "torch's pipelining (pippy)"
+    lambda: u.is_pippy_available() and not u.is_habana_gaudi1(), "torch's pipelining (pippy)"
 )
 
 
@@ -151,46 +110,46 @@ def require_torch_min_version(test_case: Any = None, version: str | None = None)
         raise TypeError("require_torch_min_version needs version=, e.g. version='2.4.0'.")
     if test_case is None:
         return partial(require_torch_min_version, version=version)
-    holds = is_torch_version(">=", version)
+    holds = u.is_torch_version(">=", version)
     return requirement(holds, f"torch >= {version}")(test_case)
 
 
 # Libraries.
 require_huggingface_suite = requirement(
-    lambda: is_transformers_available() and is_datasets_available(),
+    lambda: u.is_transformers_available() and u.is_datasets_available(),
     "the Hugging Face suite (transformers and datasets)",
 )
-require_transformers = requirement(is_transformers_available, "transformers")
-require_datasets = requirement(is_datasets_available, "datasets")
-require_peft = requirement(is_peft_available, "peft")
-require_timm = requirement(is_timm_available, "timm")
-require_torchvision = requirement(is_torchvision_available, "torchvision")
-require_triton = requirement(is_triton_available, "triton")
-require_schedulefree = requirement(is_schedulefree_available, "schedulefree")
-require_bnb = requirement(is_bnb_available, "bitsandbytes")
-require_deepspeed = requirement(is_deepspeed_available, "DeepSpeed")
-require_torchao = requirement(is_torchao_available, "torchao")
-require_transformer_engine = requirement(is_transformer_engine_available, "Transformer Engine")
+require_transformers = requirement(u.is_transformers_available, "transformers")
+require_datasets = requirement(u.is_datasets_available, "datasets")
+require_peft = requirement(u.is_peft_available, "peft")
+require_timm = requirement(u.is_timm_available, "timm")
+require_torchvision = requirement(u.is_torchvision_available, "torchvision")
+require_triton = requirement(u.is_triton_available, "triton")
+require_schedulefree = requirement(u.is_schedulefree_available, "schedulefree")
+require_bnb = requirement(u.is_bnb_available, "bitsandbytes")
+require_deepspeed = requirement(u.is_deepspeed_available, "DeepSpeed")
+require_torchao = requirement(u.is_torchao_available, "torchao")
+require_transformer_engine = requirement(u.is_transformer_engine_available, "Transformer Engine")
 require_transformer_engine_mxfp8 = requirement(
-    is_transformer_engine_mxfp8_available, "Transformer Engine with MXFP8 block scaling"
+    u.is_transformer_engine_mxfp8_available, "Transformer Engine with MXFP8 block scaling"
 )
-require_import_timer = requirement(is_import_timer_available, "the import timer (tuna)")
-require_matplotlib = requirement(is_matplotlib_available, "matplotlib")
-require_pandas = requirement(is_pandas_available, "pandas")
+require_import_timer = requirement(u.is_import_timer_available, "the import timer (tuna)")
+require_matplotlib = requirement(u.is_matplotlib_available, "matplotlib")
+require_pandas = requirement(u.is_pandas_available, "pandas")
 require_torchdata_stateful_dataloader = requirement(
-    is_torchdata_stateful_dataloader_available, "torchdata's StatefulDataLoader"
+    u.is_torchdata_stateful_dataloader_available, "torchdata's StatefulDataLoader"
 )
 
 # Trackers.
-require_tensorboard = requirement(is_tensorboard_available, "TensorBoard")
-require_wandb = requirement(is_wandb_available, "wandb")
-require_mlflow = requirement(is_mlflow_available, "MLflow")
-require_comet_ml = requirement(is_comet_ml_available, "comet_ml")
-require_aim = requirement(is_aim_available, "aim")
-require_clearml = requirement(is_clearml_available, "ClearML")
-require_dvclive = requirement(is_dvclive_available, "DVCLive")
-require_swanlab = requirement(is_swanlab_available, "SwanLab")
-require_trackio = requirement(is_trackio_available, "trackio")
+require_tensorboard = requirement(u.is_tensorboard_available, "TensorBoard")
+require_wandb = requirement(u.is_wandb_available, "wandb")
+require_mlflow = requirement(u.is_mlflow_available, "MLflow")
+require_comet_ml = requirement(u.is_comet_ml_available, "comet_ml")
+require_aim = requirement(u.is_aim_available, "aim")
+require_clearml = requirement(u.is_clearml_available, "ClearML")
+require_dvclive = requirement(u.is_dvclive_available, "DVCLive")
+require_swanlab = requirement(u.is_swanlab_available, "SwanLab")
+require_trackio = requirement(u.is_trackio_available, "trackio")
 require_trackers: Callable[[Any], Any] = requirement(
     _trackers, "a tracker library (wandb, TensorBoard, trackio or SwanLab) and no comet_ml"
 )
