@@ -229,3 +229,19 @@ def test_regression_data_follow_the_line_and_the_model_learns_it() -> None:
             loss.backward()
             optimizer.step()
     assert abs(float(model.a.detach()) - 2) < 0.05 and abs(float(model.b.detach()) - 3) < 0.05
+
+
+def test_the_scripts_pass_on_one_process_and_their_checks_can_fail(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """On one process (no launcher) every script passes; a check fed a wrong expectation
+    (accumulation every 3 batches where the Accelerator accumulates 2) fails by name."""
+    from nbaccel.testing import reset_state
+
+    for script in (tu.test_ops, tu.test_sync, tu.test_script):
+        script.main()
+        reset_state()
+    assert capsys.readouterr().out.count("all checks passed") == 3
+    accelerator = Accelerator(gradient_accumulation_steps=2)
+    with pytest.raises(AssertionError, match=r"accumulate\(3\), step 1 .*sync_gradients"):
+        tu.test_sync.check_gradient_accumulation(accelerator, steps=3)
