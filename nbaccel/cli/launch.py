@@ -32,7 +32,6 @@ from ..config import (
     save_config_file,
 )
 from ..environment import fsdp_launch_variables, gloo_socket_interface, user_thread_count
-from ..launch.config import DEFAULT_MULTI_NODE_PORT
 from ..launch.netif import route_to
 from ..launch.nodes import gloo_interface
 from ..launch.variables import temporary_environment
@@ -41,7 +40,6 @@ from .config import add_field_flags, field_values
 __all__ = ["add_launch_options", "add_parser", "execute", "run", "run_entry", "script_command"]
 
 _LOOPBACK = "127.0.0.1"
-_RDZV_LOOPBACK = "nbaccel-loopback"
 _SKIP = ("compute_environment", "distributed_type", "num_processes", "use_cpu", "debug")
 _SKIP_LAUNCHER = ("max_restarts", "start_method", "display_ranks")  # launcher-only keys
 _SKIP_TPU = ("tpu_env", "tpu_use_cluster", "tpu_use_sudo", "tpu_name", "tpu_zone", "tpu_vm")
@@ -257,39 +255,37 @@ def _run_elastic(resolved: ResolvedLaunch, command: list[str], tmp: Path) -> int
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    from ..launch.elastic import elastic_rendezvous
+
     cfg = resolved.config
     if not cfg.debug:
         logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
-    rdzv_configs: dict[str, Any] = {"timeout": 900}
-    host, local_addr = None, None
-    if cfg.num_machines == 1 and cfg.main_process_ip is None:
-        from ..launch.rendezvous import StoreHost
-
-        host = StoreHost(_LOOPBACK, cfg.main_process_port or 0, 1, timedelta(seconds=900))
-        backend, endpoint = _RDZV_LOOPBACK, f"{_LOOPBACK}:{host.port}"
-        rdzv_configs["nbaccel_store"] = host
-        _register_loopback()
-    else:
-        backend = cfg.rdzv_backend
-        port = cfg.main_process_port or DEFAULT_MULTI_NODE_PORT
-        endpoint = f"{cfg.main_process_ip or _LOOPBACK}:{port}"
-        local_addr = route_to(cfg.main_process_ip or _LOOPBACK).address
-        if backend == "static":
-            rdzv_configs["rank"] = cfg.machine_rank
+    try:
+        rdzv = elastic_rendezvous(
+            cfg.num_machines,
+            cfg.machine_rank,
+            cfg.main_process_ip,
+            cfg.main_process_port,
+            cfg.rdzv_backend,
+            timedelta(seconds=900),
+        )
+    except (OSError, ValueError) as exc:  # a taken port, an address that is not machine 0's
+        print(f"nbaccel launch: {exc}", file=sys.stderr)
+        return 1
     launch_config = LaunchConfig(
         min_nodes=cfg.num_machines,
         max_nodes=cfg.num_machines,
         nproc_per_node=resolved.processes_per_machine,
         run_id="none",
-        rdzv_endpoint=endpoint,
-        rdzv_backend=backend,
-        rdzv_configs=rdzv_configs,
+        rdzv_endpoint=rdzv.endpoint,
+        rdzv_backend=rdzv.backend,
+        rdzv_configs=rdzv.configs,
         max_restarts=resolved.max_restarts,
         monitor_interval=resolved.monitor_interval,
         start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=str(tmp / "logs")),
         shutdown_timeout=5,
-        local_addr=local_addr,
+        local_addr=rdzv.local_addr,
     )
     try:
         elastic_launch(launch_config, entrypoint=sys.executable)("-u", *command)
@@ -311,34 +307,7 @@ def _run_elastic(resolved: ResolvedLaunch, command: list[str], tmp: Path) -> int
         )
         return 128 + int(sig)
     finally:
-        if host is not None:
-            host.close()
-
-
-def _create_loopback_handler(params: Any) -> Any:
-    from torch.distributed import PrefixStore
-    from torch.distributed.elastic.rendezvous import RendezvousInfo, RendezvousStoreInfo
-    from torch.distributed.elastic.rendezvous.static_tcp_rendezvous import StaticTCPRendezvous
-
-    host = params.config["nbaccel_store"]
-
-    class LoopbackRendezvous(StaticTCPRendezvous):
-        """torch's static rendezvous, with the store hosted on a socket bound to 127.0.0.1."""
-
-        def get_backend(self) -> str:
-            return _RDZV_LOOPBACK
-
-        def next_rendezvous(self) -> RendezvousInfo:
-            store = PrefixStore(self.run_id, host.store)
-            return RendezvousInfo(store, 0, 1, RendezvousStoreInfo(_LOOPBACK, host.port))
-
-    return LoopbackRendezvous(_LOOPBACK, host.port, 0, 1, params.run_id, 900)
-
-
-def _register_loopback() -> None:
-    from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
-
-    rendezvous_handler_registry.register(_RDZV_LOOPBACK, _create_loopback_handler)
+        rdzv.close()
 
 
 if __name__ == "__main__":

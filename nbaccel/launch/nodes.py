@@ -23,7 +23,7 @@ from .netif import Route, route_to
 from .peers import watch_timeout
 from .rendezvous import C10dRendezvous, PortInUseError, StoreHost, join_nodes
 
-__all__ = ["Meeting", "gloo_interface", "meet_machines"]
+__all__ = ["Meeting", "gloo_interface", "host_master_store", "meet_machines"]
 
 
 @dataclasses.dataclass
@@ -72,16 +72,26 @@ def _say(config: LaunchConfig, route: Route) -> None:
     )
 
 
-def _host_store(route: Route, port: int, config: LaunchConfig, wait: timedelta) -> StoreHost:
+def host_master_store(
+    route: Route, port: int, world_size: int, wait: timedelta, port_option: str = "use_port="
+) -> StoreHost:
+    """Serve machine 0's store on the master's own address (``route.peer``) only.
+
+    Raises:
+        ValueError: ``route`` leads to another machine: this one cannot serve it.
+        PortInUseError: the port is taken; the message says how to choose another
+            (``port_option``: ``use_port=`` in a notebook, ``--main_process_port`` on the
+            command line).
+    """
     if not route.is_local:
         raise ValueError(
-            f"node_rank=0 serves the rendezvous on master_addr={config.master_addr!r} "
-            f"({route.peer}), but that is not an address of this machine (it reaches it from "
-            f"{route.address}). Run node_rank=0 on the machine that has that address, or pass "
-            "this machine's own address as master_addr on every machine."
+            f"machine 0 serves the rendezvous on master_addr={route.host!r} ({route.peer}), "
+            f"but that is not an address of this machine (it reaches it from {route.address}). "
+            "Start node_rank=0 (--machine_rank 0) on the machine that has that address, or give "
+            "this machine's own address as the master address on every machine."
         )
     try:
-        return StoreHost(route.peer, port, config.world_size, wait)
+        return StoreHost(route.peer, port, world_size, wait)
     except PortInUseError:
         default = (
             f" ({DEFAULT_MULTI_NODE_PORT} is the default port of multi-node launches)"
@@ -90,7 +100,7 @@ def _host_store(route: Route, port: int, config: LaunchConfig, wait: timedelta) 
         )
         raise PortInUseError(
             f"port {port} on {route.peer} (machine 0, master_addr) is already in use{default}. "
-            "Stop what holds it, or pass the same free port as use_port= on every machine "
+            f"Stop what holds it, or pass the same free port as {port_option} on every machine "
             "(it must be open between the machines)."
         ) from None
 
@@ -117,7 +127,9 @@ def meet_machines(config: LaunchConfig, attempt: int) -> Iterator[Meeting]:
     route = route_to(config.master_addr)
     _say(config, route)
     port = int(config.use_port or DEFAULT_MULTI_NODE_PORT)
-    host = _host_store(route, port, config, wait) if config.node_rank == 0 else None
+    host = (
+        host_master_store(route, port, config.world_size, wait) if config.node_rank == 0 else None
+    )
     try:
         client = join_nodes(route.peer, port, config.node_rank, config.num_nodes, wait, attempt)
         yield Meeting(config, port, client, 0, route)

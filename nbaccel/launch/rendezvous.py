@@ -19,7 +19,14 @@ from typing import Any
 
 import torch.distributed as dist
 
-__all__ = ["C10dRendezvous", "PortInUseError", "StoreHost", "free_port", "join_nodes"]
+__all__ = [
+    "C10dRendezvous",
+    "PortInUseError",
+    "StoreHost",
+    "bound_handler",
+    "free_port",
+    "join_nodes",
+]
 
 LOOPBACK = "127.0.0.1"
 
@@ -165,7 +172,7 @@ class C10dRendezvous:
             bind = local_addr or endpoint[0]
             self._endpoint_host = StoreHost(bind, endpoint[1], num_nodes, timeout)
         try:
-            self._handler = _bound_handler(
+            self._handler = bound_handler(
                 endpoint, run_id, num_nodes, conf, timeout, local_addr, self._endpoint_host
             )
             info = self._handler.next_rendezvous()
@@ -204,7 +211,7 @@ class C10dRendezvous:
         self._handler = self.store = self.endpoint_store = None
 
 
-def _bound_handler(
+def bound_handler(
     endpoint: tuple[str, int],
     run_id: str,
     num_nodes: int,
@@ -212,8 +219,10 @@ def _bound_handler(
     timeout: timedelta,
     local_addr: str | None,
     endpoint_host: StoreHost | None,
+    backend_name: str = "c10d",
 ) -> Any:
-    """torch's DynamicRendezvousHandler over a store nbaccel opened (bound to one address)."""
+    """torch's DynamicRendezvousHandler over a store nbaccel opened (bound to one address);
+    ``backend_name`` is the name it registers under (torch's agent checks it)."""
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
         C10dRendezvousBackend,
     )
@@ -226,6 +235,9 @@ def _bound_handler(
         """Serves the workers' store on this machine's own address only."""
 
         nbaccel_worker_store: StoreHost | None = None
+
+        def get_backend(self) -> str:
+            return backend_name
 
         def _create_tcp_store_server(self, master_addr: str, master_port: int) -> Any:
             self.nbaccel_worker_store = StoreHost(master_addr, master_port, 1, timeout)

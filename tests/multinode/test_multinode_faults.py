@@ -99,17 +99,22 @@ def test_rank_raising_on_machine_1_is_named_on_machine_0(machines: list[Machine]
     assert "ValueError: bad batch on rank 3" in remote["evalue"]
 
 
-@pytest.mark.xfail(
-    reason="after the merges of this stop the taken default port can surface as a plain "
-    "OSError (Address already in use) instead of PortInUseError; under investigation",
-    strict=False,
-)
 def test_default_port_taken_is_named(machines: list[Machine]) -> None:
     """Promise: when the default port 29500 is taken on the main machine, the error names it
-    and says how to pick another."""
+    and says how to pick another.
+
+    Earlier launches on 29500 can leave connections in TIME_WAIT on that address (the cell
+    makes one, as a server that hangs up first does); the blocker sets SO_REUSEADDR as servers
+    do, since a plain bind() would then fail in the cell itself. Listening, it still keeps
+    every other socket off the port."""
     answer = machines[0].run(
         "import socket\n"
-        "blocker = socket.socket(); blocker.bind(('192.0.2.1', 29500)); blocker.listen()\n"
+        "server = socket.create_server(('192.0.2.1', 29500))\n"
+        "peer = socket.create_connection(('192.0.2.1', 29500)); accepted, _ = server.accept()\n"
+        "accepted.close(); peer.close(); server.close()  # TIME_WAIT on 192.0.2.1:29500\n"
+        "blocker = socket.socket()\n"
+        "blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "blocker.bind(('192.0.2.1', 29500)); blocker.listen()\n"
         "try:\n"
         "    notebook_launcher(nf.tour, (1.0,), num_processes=2, num_nodes=2, node_rank=0,\n"
         "                      master_addr='192.0.2.1', rendezvous_timeout=3)\n"

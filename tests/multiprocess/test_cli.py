@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -131,6 +132,24 @@ def test_two_machines_over_loopback(work: Path, free_port: Callable[[], int]) ->
     assert done.returncode == 0, h.detail(done)
     assert other.returncode == 0, other_out
     assert [r["num_processes"] for r in _records(work / "out")] == [2, 2]
+
+
+def test_a_taken_port_on_machine_0_is_named(work: Path) -> None:
+    """Promise: when machine 0's port is taken, `nbaccel launch` ends at once with exit code 1
+    and a message naming the port and --main_process_port (no traceback, no process left)."""
+    with socket.create_server(("127.0.0.1", 0)) as blocker:
+        port = str(blocker.getsockname()[1])
+        done = h.nbaccel(
+            *("launch", "--num_machines", "2", "--machine_rank", "0", "--num_processes", "1"),
+            *("--cpu", "--main_process_ip", "127.0.0.1", "--main_process_port", port),
+            *("recorder.py", str(work / "out")),
+            home=work,
+        )
+    said = done.stdout + done.stderr
+    assert done.returncode == 1, h.detail(done)
+    assert f"port {port} on 127.0.0.1 (machine 0, master_addr) is already in use" in said, said
+    assert "--main_process_port" in said and "Traceback" not in said, said
+    assert not _records(work / "out")
 
 
 def test_nbaccel_test_passes_and_fails_visibly_with_the_switch(work: Path) -> None:
