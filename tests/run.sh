@@ -59,7 +59,7 @@ tier multinode 300 tests/multinode
 tier browser 240 tests/browser
 # the xla tier: the real torch_xla 2.9 on its CPU device, with torch 2.9, in a venv of its own
 # built once per machine by tests/xla/make_env.sh (outside the repository; reused afterwards)
-xla_python=$(timeout 1500 bash tests/xla/make_env.sh)
+xla_python=$(timeout 900 bash tests/xla/make_env.sh)
 PJRT_DEVICE=CPU PYTHONPATH="${PWD}" TIER_PYTHON="${xla_python}" tier xla 300 tests/xla
 if python -c "import sys; from nbaccel.environment import cuda_device_count as n; sys.exit(n() == 0)"; then
   tier gpu 900 tests/gpu
