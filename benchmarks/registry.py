@@ -13,6 +13,7 @@ from . import (
     ddp_throughput,
     fsdp_memory,
     launch_latency,
+    pool,
     scaling,
 )
 
@@ -52,5 +53,6 @@ BENCHMARKS: dict[str, Benchmark] = {
         _module(collectives),
         _module(scaling),
         _module(fsdp_memory),
+        _module(pool),
     )
 }

@@ -110,6 +110,16 @@ def _checkpoint(data: dict[str, Any]) -> Iterator[Row]:
         )
 
 
+def _pool(data: dict[str, Any]) -> Iterator[Row]:
+    for v in data["verdicts"]:
+        yield (
+            f"warm round trip, {v['subject']} / {v['versus']} (2 CPU processes, kernel)",
+            f"{v['ratio']:.3f}x",
+            f"<= {v['at_most']}x",
+            bool(v["met"]),
+        )
+
+
 _READERS: dict[str, Callable[[dict[str, Any]], Iterator[Row]]] = {
     "ddp_throughput": _ddp_throughput,
     "launch_latency": _launch_latency,
@@ -117,6 +127,7 @@ _READERS: dict[str, Callable[[dict[str, Any]], Iterator[Row]]] = {
     "scaling": _scaling,
     "fsdp_memory": _fsdp_memory,
     "checkpoint": _checkpoint,
+    "pool": _pool,
 }
 
 

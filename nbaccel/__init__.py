@@ -54,6 +54,21 @@ def _widgets_dashboard() -> object:
 
 register_dashboard_factory(_widgets_dashboard)
 
+
+def load_ipython_extension(shell: object) -> None:
+    """``%load_ext nbaccel``: the ``%nbaccel`` and ``%%nbaccel`` magics (docs/pool.md)."""
+    from .magics import load_ipython_extension as load
+
+    load(shell)
+
+
+def unload_ipython_extension(shell: object) -> None:
+    """``%unload_ext nbaccel``: stop the magics' pool and remove the magics."""
+    from .magics import unload_ipython_extension as unload
+
+    unload(shell)
+
+
 __all__ = [
     "Accelerator",
     "AcceleratorState",

@@ -16,7 +16,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("sklearn")
 
-from kernel_helpers import KERNEL_NAME, kernel_env, strip_ansi  # noqa: E402
+from kernel_helpers import KERNEL_NAME, Cell, kernel_env, running_kernel, strip_ansi  # noqa: E402
 
 from nbaccel.examples import quickstart  # noqa: E402
 
@@ -33,6 +33,7 @@ CHECKED = {
     "06_colab_kaggle.ipynb",
     "07_config_panel.ipynb",
     "08_transformers_trainer.ipynb",
+    "09_worker_pool.ipynb",
 }
 _CELL_TIMEOUT = 240
 
@@ -273,6 +274,43 @@ def test_07_config_panel() -> None:
     assert "LaunchStopped: the launch was stopped on request" in text, text
     assert re.search(r"^Stopped: 2 ranks", text, re.M), text
     assert text.count("(Stop button)") == 2, text
+
+
+def test_09_worker_pool_interrupt_a_long_cell_and_carry_on() -> None:
+    """Cell by cell in one kernel, as a user runs it; the long cell is interrupted for real
+    (the kernel's interrupt, once both ranks have printed a few epochs)."""
+    outs: list[str] = []
+
+    def on_message(message: dict[str, Any], cell: Cell) -> None:
+        if message["msg_type"] == "execute_result":
+            outs.append(message["content"]["data"]["text/plain"])
+
+    def interrupt_later(message: dict[str, Any], cell: Cell) -> None:
+        on_message(message, cell)
+        if not interrupted and all(cell.stdout.count(f"[rank{r}]: epoch") >= 3 for r in (0, 1)):
+            interrupted.append(True)
+            kernel.interrupt()
+
+    interrupted: list[bool] = []
+    text = ""
+    with running_kernel() as kernel:
+        for cell in _read("09_worker_pool.ipynb").cells:
+            if cell.cell_type != "code":
+                continue
+            long_cell = "interrupt" in cell.metadata.get("tags", [])
+            run = kernel.submit(cell.source)
+            kernel.collect(run, _CELL_TIMEOUT, interrupt_later if long_cell else on_message)
+            expected = ("error", "KeyboardInterrupt") if long_cell else ("ok", "")
+            assert (run.status, run.ename) == expected, run.describe()
+            text += run.stdout
+    assert interrupted, "the long cell ended before it was interrupted"
+    for rank in (0, 1):
+        assert f"[rank{rank}]: rank {rank} of 2 on cpu: 22 batches per epoch" in text, text
+        assert re.search(rf"^\[rank{rank}\]: stopped after epoch (\d+)$", text, re.M), text
+    assert "[rank" not in "".join(outs), f"the accuracy differs between ranks: {outs}"
+    first, last = (float(out) for out in outs if out.startswith("0."))
+    assert first >= 0.8 and last >= 0.9, outs
+    assert "nbaccel: the pool is stopped." in text, text
 
 
 @pytest.mark.parametrize(

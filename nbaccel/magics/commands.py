@@ -1,0 +1,122 @@
+"""The ``%nbaccel`` line magic and the ``%%nbaccel`` cell magic: one pool per kernel."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+
+from .arguments import LINE_USAGE, parse_cell_line, parse_line
+from .auto import AutoCells
+from .show import StatusTable, cell_value
+
+__all__ = ["PoolMagics"]
+
+
+@magics_class
+class PoolMagics(Magics):
+    """Holds this kernel's pool (``pool``, None while none runs) and the auto-mode switch."""
+
+    def __init__(self, shell: Any) -> None:
+        super().__init__(shell)
+        self.pool: Any = None
+        self.auto = AutoCells(shell)
+
+    # -- %nbaccel --------------------------------------------------------------------------
+    @line_magic("nbaccel")
+    def nbaccel_line(self, line: str) -> Any:
+        """Start, inspect, restart or stop the kernel's worker pool; switch auto mode."""
+        options = parse_line(line)
+        command = getattr(self, f"_{options.command}")
+        return command(options)
+
+    def _start(self, options: argparse.Namespace) -> None:
+        if self.pool is not None:
+            raise UsageError(
+                "%nbaccel start: a pool is already running in this kernel; use "
+                "%nbaccel restart for a fresh one, or %nbaccel stop first."
+            )
+        from ..launch.pool import WorkerPool  # the pool's core lives with the launcher
+
+        try:
+            pool = WorkerPool(
+                num_processes=options.num_processes,
+                mixed_precision=options.mixed_precision,
+                start_method=options.start_method,
+                cpu=options.cpu,
+                timeout=options.timeout,
+            )
+        except (ValueError, TypeError) as err:  # a bad value: say it as a usage error
+            raise UsageError(f"%nbaccel start: {err}\nusage:\n{LINE_USAGE}") from None
+        self.pool = pool
+        print(f"nbaccel: a pool of {options.num_processes} processes is ready.")
+
+    def _status(self, options: argparse.Namespace) -> Any:
+        return StatusTable(self._require("status").status())
+
+    def _restart(self, options: argparse.Namespace) -> None:
+        self._require("restart").restart()
+        print("nbaccel: the pool restarted; every rank's namespace is new.")
+
+    def _stop(self, options: argparse.Namespace) -> None:
+        pool, self.pool = self.pool, None
+        self.auto.switch(False)
+        if pool is None:
+            print("nbaccel: no pool is running.")
+            return
+        pool.shutdown()
+        print("nbaccel: the pool is stopped.")
+
+    def _auto(self, options: argparse.Namespace) -> None:
+        if options.switch is None:
+            print(f"nbaccel: auto mode is {'on' if self.auto.active else 'off'}.")
+            return
+        if options.switch == "on":
+            self._require("auto on")
+        self.auto.switch(options.switch == "on")
+        if options.switch == "on":
+            print(
+                "nbaccel: auto mode is on; every following cell runs on the pool "
+                "(%nbaccel auto off to stop)."
+            )
+        else:
+            print("nbaccel: auto mode is off; cells run in this kernel.")
+
+    def _require(self, what: str) -> Any:
+        if self.pool is None:
+            raise UsageError(
+                f"%nbaccel {what}: no pool is running in this kernel; start one first, "
+                "e.g. %nbaccel start -n 2"
+            )
+        return self.pool
+
+    # -- %%nbaccel -------------------------------------------------------------------------
+    @cell_magic("nbaccel")
+    def nbaccel_cell(self, line: str, cell: str) -> Any:
+        """Run the cell on every rank of the pool (``--ranks 0,1``: on those ranks)."""
+        ranks = parse_cell_line(line)["ranks"]
+        pool = self.pool
+        if pool is None:
+            raise UsageError(
+                "%%nbaccel: no pool is running in this kernel; start one first, e.g. "
+                "%nbaccel start -n 2 (then run this cell again)."
+            )
+        size = _world_size(pool)
+        if ranks is not None and size is not None and max(ranks) >= size:
+            raise UsageError(
+                f"%%nbaccel --ranks {','.join(map(str, ranks))}: the pool has ranks "
+                f"0 to {size - 1}."
+            )
+        values = pool.execute(cell, ranks=ranks)
+        chosen = list(range(len(values))) if ranks is None else ranks
+        return cell_value(chosen, values)
+
+
+def _world_size(pool: Any) -> int | None:
+    for name in ("num_processes", "world_size"):
+        size = getattr(pool, name, None)
+        if isinstance(size, int):
+            return size
+    return None

@@ -1,0 +1,109 @@
+"""How the magics show a pool's answers: a cell's value per rank and the status table."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["RankValues", "StatusTable", "cell_value"]
+
+_COLUMNS = ("rank", "pid", "state", "cell", "rss", "device")
+
+
+class RankValues(list[Any]):
+    """The values of a cell's last expression on each rank that ran it (``_[i]`` is one).
+
+    Shown as one ``[rankN]:`` line (or block) per rank, the way IPython shows ``Out``.
+    """
+
+    def __init__(self, ranks: Sequence[int], values: Sequence[Any]) -> None:
+        super().__init__(values)
+        self.ranks = list(ranks)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        from IPython.lib.pretty import pretty
+
+        for index, (rank, value) in enumerate(zip(self.ranks, self, strict=True)):
+            if index:
+                printer.break_()
+            text = pretty(value)
+            head = f"[rank{rank}]: "
+            printer.text(head + text.replace("\n", "\n" + " " * len(head)))
+
+
+def _same(values: Sequence[Any]) -> bool:
+    """True when every value shows the same (compared by repr: tensors have no plain ==)."""
+    try:
+        first = repr(values[0])
+        return all(repr(value) == first for value in values[1:])
+    except Exception:
+        return False
+
+
+def cell_value(ranks: Sequence[int], values: Sequence[Any]) -> Any:
+    """What a ``%%nbaccel`` cell returns to IPython for its ``Out``.
+
+    None when no rank's last line was an expression with a value; the value itself when every
+    rank has the same; else a :class:`RankValues`.
+    """
+    if not values or all(value is None for value in values):
+        return None
+    if _same(values):
+        return values[0]
+    return RankValues(ranks, values)
+
+
+def _cell_text(value: Any) -> str:
+    lines = str(value).strip().splitlines() if value is not None else []
+    text = lines[0] if lines else ""
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _rss_text(value: Any) -> str:
+    if isinstance(value, (int, float)) and value > 0:
+        return f"{value / 2**20:.0f} MiB"
+    return "" if value is None else str(value)
+
+
+class StatusTable:
+    """``pool.status()`` as a table: plain text everywhere, HTML in a notebook."""
+
+    def __init__(self, rows: Sequence[dict[str, Any]]) -> None:
+        self.rows = [dict(row) for row in rows]
+
+    def cells(self) -> list[list[str]]:
+        """The table's rows as text, with the header first."""
+        table = [["rank", "pid", "state", "current cell", "memory", "device"]]
+        for row in self.rows:
+            cell = row.get("cell", row.get("current_cell"))
+            rss = row.get("rss", row.get("rss_bytes"))
+            table.append(
+                [
+                    str(row.get("rank", "")),
+                    str(row.get("pid", "")),
+                    str(row.get("state", "")),
+                    _cell_text(cell),
+                    _rss_text(rss),
+                    str(row.get("device", "")),
+                ]
+            )
+        return table
+
+    def __repr__(self) -> str:
+        table = self.cells()
+        widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS))]
+        return "\n".join(_join(row, widths).rstrip() for row in table)
+
+    def _repr_html_(self) -> str:
+        table = self.cells()
+        head = "".join(f"<th>{html.escape(text)}</th>" for text in table[0])
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(text)}</td>" for text in row) + "</tr>"
+            for row in table[1:]
+        )
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _join(row: list[str], widths: list[int]) -> str:
+    return "  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True))
