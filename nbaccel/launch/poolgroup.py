@@ -101,6 +101,7 @@ class PoolGroup:
     # -- start -------------------------------------------------------------------------------
     def start(self, timeout: float) -> None:
         """Start every worker and wait (up to ``timeout`` s) until each has joined the group."""
+        deadline = time.monotonic() + timeout  # counted from before the fork
         config = self.config
         wait_for = timedelta(seconds=config.rendezvous_timeout)
         self.host = StoreHost(LOOPBACK, config.use_port or 0, config.world_size, wait_for)
@@ -139,14 +140,14 @@ class PoolGroup:
                 os.close(fd)
         self.relay.close_child_ends()
         self.relay.start()
-        self._wait_ready(timeout)
+        self._wait_ready(timeout, deadline)
 
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
+    def _wait_ready(self, timeout: float, deadline: float) -> None:
         while len(self.ready) < len(self.ranks):
-            self.pump(_POLL_S)
+            left = deadline - time.monotonic()
+            self.pump(min(_POLL_S, max(left, 0.0)))
             self.check_alive()
-            if time.monotonic() > deadline:
+            if len(self.ready) < len(self.ranks) and time.monotonic() > deadline:
                 late = [r for r in self.ranks if r not in self.ready]
                 raise TimeoutError(
                     f"the pool's rank(s) {late} did not join the process group within "
