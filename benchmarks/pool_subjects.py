@@ -2,7 +2,9 @@
 
 A pool subject has a cell that imports it (``setup``), one that starts 2 workers and returns
 once they are ready (``start``), one that stops them (``stop``) and the trivial cells whose
-round trip is timed once the pool is warm (``trips``: label -> cell). A launch subject
+round trip is timed once the pool is warm (``trips``: label -> cell), and the calls that are
+also timed inside the kernel, without the kernel's own messaging (``calls``: label -> one
+statement). A launch subject
 (``launch(2)`` from ``benchmarks/launch_subjects.py``) starts and ends its processes in every
 cell: the cold cost that a pool saves.
 """
@@ -25,6 +27,7 @@ class PoolSubject:
     start: str
     stop: str
     trips: dict[str, str] = field(default_factory=dict)
+    calls: dict[str, str] = field(default_factory=dict)
     peer: str | None = None
 
 
@@ -55,6 +58,7 @@ POOLS: dict[str, PoolSubject] = {
                 "nbaccel %%nbaccel cell": "%%nbaccel\n1",
                 "nbaccel pool.run(lambda: 1)": "active_pool().run(lambda: 1)",
             },
+            calls={"nbaccel pool.run(lambda: 1)": "active_pool().run(lambda: 1)"},
         ),
         PoolSubject(
             "nbdistributed",
@@ -74,6 +78,7 @@ POOLS: dict[str, PoolSubject] = {
             ),
             stop="_rc.close()\n_cluster.stop_cluster_sync()",
             trips={"ipyparallel %px cell": "%px 1"},
+            calls={"ipyparallel view.apply_sync(lambda: 1)": "_rc[:].apply_sync(lambda: 1)"},
             peer="ipyparallel",
         ),
     )
