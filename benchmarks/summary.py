@@ -113,7 +113,7 @@ def _checkpoint(data: dict[str, Any]) -> Iterator[Row]:
 def _pool(data: dict[str, Any]) -> Iterator[Row]:
     for v in data["verdicts"]:
         yield (
-            f"warm round trip, {v['subject']} / {v['versus']} (2 CPU processes, kernel)",
+            f"pool round trip, {v['subject']} / {v['versus']} (2 CPU processes)",
             f"{v['ratio']:.3f}x",
             f"<= {v['at_most']}x",
             bool(v["met"]),
