@@ -46,6 +46,7 @@ def test_new_benchmarks_run_end_to_end_with_nbaccels_own_subjects() -> None:
             "collectives",
             "scaling",
             "fsdp_memory",
+            "pool",
             "--quick",
             "--no-peers",
         ],
@@ -53,7 +54,7 @@ def test_new_benchmarks_run_end_to_end_with_nbaccels_own_subjects() -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=300,
     )
     out = done.stdout
     assert done.returncode == 0, f"{out[-4000:]}\n{done.stderr[-4000:]}"
@@ -70,6 +71,9 @@ def test_new_benchmarks_run_end_to_end_with_nbaccels_own_subjects() -> None:
     assert "GPT-style model in bf16: not run" in out
     # FSDP FULL_SHARD holds half of DDP's bytes on 2 processes
     assert "FSDP / DDP memory 0.500x (meets the 0.55x target)" in out
+    # the pool: started in a kernel, warm cells by the client and the call inside the kernel
+    assert "### Time to a ready pool" in out and "| nbaccel %%nbaccel cell |" in out
+    assert out.count("| nbaccel pool.run(lambda: 1) |") == 2
     assert _written_files() == before, "--quick / --no-peers must write nothing"
 
 
