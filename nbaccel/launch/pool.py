@@ -326,6 +326,9 @@ class WorkerPool:
                 TaskEvent(rank=rank, state="running", label=task.label, task_id=task.task_id)
             )
         self._state = "running"
+        stop = getattr(self._board, "stop_requested", None)
+        if stop is not None:
+            stop.clear()  # a click between calls does not stop this one
         try:
             try:
                 group.send(message, chosen)
@@ -336,7 +339,12 @@ class WorkerPool:
                 group.check_alive()  # a rank died: its pipe is closed
                 raise
             replies, interrupted = group.collect(
-                task.task_id, chosen, self.grace_period, self.config.timeout
+                task.task_id,
+                chosen,
+                self.grace_period,
+                self.config.timeout,
+                stop=stop,
+                on_wait=getattr(self._board, "on_wait", None),
             )
         except RankDied as died:
             self._break(died)
@@ -348,13 +356,18 @@ class WorkerPool:
             self._book.current.clear()
             if self._state == "running":
                 self._state = "ready"
+            release = getattr(self._board, "release_messages", None)
+            if release is not None:
+                release()  # a cell queued during the call runs next, as without the pool
         for rank, reply in replies.items():
             state = "interrupted" if interrupted else "failed" if reply.error else "idle"
             self._emit(TaskEvent(rank=rank, state=state, label=task.label, task_id=task.task_id))
         if interrupted:
+            how = "stopped (the dashboard's Stop)" if stop and stop.is_set() else "interrupted"
+            if stop is not None:
+                stop.clear()
             raise KeyboardInterrupt(
-                f"{task.label} was interrupted on every rank; the pool is up and every "
-                "namespace is kept."
+                f"{task.label} was {how} on every rank; the pool is up and every namespace is kept."
             )
         raise_first_error(replies)
         return replies

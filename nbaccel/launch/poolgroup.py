@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Callable, Collection
@@ -236,9 +237,13 @@ class PoolGroup:
         ranks: Collection[int],
         grace: float,
         timeout: float | None,
+        stop: threading.Event | None = None,
+        on_wait: Callable[[], None] | None = None,
     ) -> tuple[dict[int, TaskReply], bool]:
         """Wait for every rank's reply to ``task_id``; returns them and whether the call was
         interrupted (then each rank got SIGINT: the task raised ``KeyboardInterrupt`` there).
+        ``stop`` set (the dashboard's Stop) interrupts the ranks as a kernel interrupt does;
+        ``on_wait`` is called before each wait (the dashboard reads the Stop click there).
 
         Raises:
             RankDied: a worker ended.
@@ -251,6 +256,10 @@ class PoolGroup:
         interrupted_at: float | None = None
         while pending:
             try:
+                if on_wait is not None:
+                    on_wait()
+                if stop is not None and stop.is_set() and interrupted_at is None:
+                    raise KeyboardInterrupt
                 self.pump(_POLL_S)
             except KeyboardInterrupt:
                 if interrupted_at is not None:  # a second interrupt: stop waiting

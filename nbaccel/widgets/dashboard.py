@@ -116,6 +116,12 @@ class LaunchDashboard(widgets.VBox):
         if self._pump is not None:
             self._pump.poll()
 
+    def release_messages(self) -> None:
+        """A pool's call ended: the kernel gets every message the pump kept during the call (a
+        cell queued meanwhile runs next); the pump stays open for the pool's next call."""
+        if self._pump is not None:
+            self._pump.close()
+
     def chain(self, on_event: Callable[[Any], None] | None) -> Callable[[Any], None]:
         """An ``on_event`` that feeds the dashboard, then calls ``on_event``."""
         return self.state.chain(on_event)

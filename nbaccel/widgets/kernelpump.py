@@ -43,7 +43,8 @@ class MessagePump(Protocol):
         """Handle the widget messages that arrived since the last call (never blocks)."""
 
     def close(self) -> None:
-        """Stop; give back to the kernel whatever it must still handle itself."""
+        """Give back to the kernel whatever it must still handle itself. The pump may be
+        polled again afterwards (a worker pool reuses one pump for each of its calls)."""
 
 
 def blocks_a_kernel() -> bool:

@@ -33,11 +33,13 @@ __all__ = [
     "KernelDied",
     "Output",
     "ProcessSnapshot",
+    "click_button",
     "kernel_env",
     "pids_alive",
     "running_kernel",
     "strip_ansi",
     "wait_gone",
+    "widget_buttons",
 ]
 
 # The kernel spec every test of the tier starts: "python3" (this interpreter) unless
@@ -321,6 +323,21 @@ def running_kernel(log_path: str | None = None, **env: str) -> Iterator[Kernel]:
         yield kernel
     finally:
         kernel.shutdown()
+
+
+def widget_buttons(message: dict[str, Any], found: dict[str, str]) -> None:
+    """Record ``description -> comm id`` of every ipywidgets Button opened in ``message``."""
+    if message["msg_type"] != "comm_open":
+        return
+    state = message["content"].get("data", {}).get("state", {})
+    if state.get("_model_name") == "ButtonModel":
+        found[state.get("description", "")] = message["content"]["comm_id"]
+
+
+def click_button(kernel: Kernel, comm_id: str) -> None:
+    """Send what the browser sends for a click on a Button (ipywidgets' ``custom`` message)."""
+    content = {"comm_id": comm_id, "data": {"method": "custom", "content": {"event": "click"}}}
+    kernel.client.shell_channel.send(kernel.client.session.msg("comm_msg", content))
 
 
 def pids_alive(pids: list[int]) -> list[int]:

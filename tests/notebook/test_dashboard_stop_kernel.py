@@ -23,7 +23,15 @@ pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 pytest.importorskip("ipywidgets")
 
-from kernel_helpers import Cell, Kernel, pids_alive, running_kernel, wait_gone
+from kernel_helpers import (
+    Cell,
+    Kernel,
+    click_button,
+    pids_alive,
+    running_kernel,
+    wait_gone,
+    widget_buttons,
+)
 
 pytestmark = pytest.mark.notebook
 
@@ -44,28 +52,13 @@ class _Running(Exception):
     """Both workers printed their pid and the Stop button is known."""
 
 
-def _widget_comms(message: dict[str, Any], found: dict[str, str]) -> None:
-    """Record ``description -> comm id`` of every Button the cell opened."""
-    if message["msg_type"] != "comm_open":
-        return
-    state = message["content"].get("data", {}).get("state", {})
-    if state.get("_model_name") == "ButtonModel":
-        found[state.get("description", "")] = message["content"]["comm_id"]
-
-
-def _click(kernel: Kernel, comm_id: str) -> None:
-    """What the browser sends for a click on a ``Button`` (ipywidgets' ``custom`` message)."""
-    content = {"comm_id": comm_id, "data": {"method": "custom", "content": {"event": "click"}}}
-    kernel.client.shell_channel.send(kernel.client.session.msg("comm_msg", content))
-
-
 def _start(kernel: Kernel) -> tuple[Cell, list[int], str]:
     cell = kernel.submit("notebook_launcher(long_running, num_processes=2, dashboard=True)")
     buttons: dict[str, str] = {}
     pids: dict[int, int] = {}
 
     def until_running(message: dict[str, Any], running: Cell) -> None:
-        _widget_comms(message, buttons)
+        widget_buttons(message, buttons)
         pids.update({int(r): int(p) for r, p in _PID_LINE.findall(running.stdout)})
         if len(pids) == 2 and "Stop" in buttons:
             raise _Running
@@ -97,7 +90,7 @@ def test_stop_click_stops_a_launch_that_blocks_the_kernel() -> None:
         queued = kernel.submit("print('queued cell ran')")  # e.g. "Run all": waits its turn
         time.sleep(0.3)
         clicked = time.monotonic()
-        _click(kernel, stop_id)
+        click_button(kernel, stop_id)
         kernel.collect(cell, timeout=30)
         assert cell.status == "error" and cell.ename == "LaunchStopped", cell.describe()
         assert cell.finished is not None and cell.finished - clicked < 8.0, (

@@ -3,6 +3,7 @@ that end with their kernel."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
-from kernel_helpers import Cell, Kernel, running_kernel, wait_gone
+from kernel_helpers import Cell, Kernel, click_button, running_kernel, wait_gone, widget_buttons
 
 pytestmark = pytest.mark.notebook
 
@@ -132,6 +133,38 @@ def test_a_dashboard_pool_shows_a_widget(kernel: Kernel) -> None:
     kinds = {key for d in cell.displays for key in d.data}
     assert "application/vnd.jupyter.widget-view+json" in kinds, cell.describe()
     assert "rank 0:" in cell.stdout and "rank 1:" in cell.stdout
+
+
+def test_the_dashboards_stop_interrupts_a_pool_call_and_keeps_the_pool(kernel: Kernel) -> None:
+    buttons: dict[str, str] = {}
+    started = kernel.execute(
+        "board_pool = WorkerPool(2, cpu=True, dashboard=True, grace_period=5.0)\n"
+        "board_pool.execute('kept = rank + 1')",
+        timeout=120,
+        on_message=lambda message, _cell: widget_buttons(message, buttons),
+    )
+    assert started.status == "ok" and "Stop" in buttons, started.describe()
+    cell = kernel.submit(
+        "board_pool.execute(\"import time\\nprint('looping', rank, flush=True)\\n\"\n"
+        "                   \"while True:\\n    time.sleep(0.01)\", label='In [long]')"
+    )
+    queued = kernel.submit("print('queued cell ran')")  # waits its turn behind the long cell
+    clicked: list[float] = []
+
+    def stop_when_looping(message: dict[str, Any], seen: Cell) -> None:
+        if not clicked and seen.stdout.count("looping") == 2:
+            clicked.append(time.monotonic())
+            click_button(kernel, buttons["Stop"])
+
+    kernel.collect(cell, timeout=60, on_message=stop_when_looping)
+    assert clicked and cell.status == "error" and cell.ename == "KeyboardInterrupt", cell.describe()
+    assert "stopped (the dashboard's Stop) on every rank" in cell.error_text, cell.error_text
+    assert cell.finished is not None and cell.finished - clicked[0] < 8.0
+    kernel.collect(queued, timeout=30)  # aborted after the error, as behind any failing cell
+    assert queued.status == "aborted" and "queued cell ran" not in queued.stdout
+    assert kernel.value("board_pool.pull('kept')") == "[1, 2]"
+    assert kernel.value("board_pool.run(lambda: 'next')") == "['next', 'next']"
+    kernel.ok("board_pool.shutdown()")
 
 
 def test_workers_end_with_their_kernel_on_restart_and_shutdown() -> None:
