@@ -30,8 +30,9 @@ tier() {  # tier NAME BUDGET_SECONDS PATH...
   return "${rc}"
 }
 
-# What the "colab" tier runs: the launcher, the guard, the dashboard's Stop, fork safety, and
-# the notebooks of the launcher and of the widgets (ipywidgets 7 there).
+# What the "colab" tier runs: the launcher, the guard, the dashboard's Stop, fork safety, the
+# notebooks of the launcher and of the widgets (ipywidgets 7 there), and the worker pool with
+# its magics (IPython 7 there).
 COLAB_TESTS=(
   tests/notebook/test_fork_warnings_kernel.py
   tests/notebook/test_dashboard_stop_kernel.py
@@ -40,6 +41,8 @@ COLAB_TESTS=(
   tests/notebook/test_launcher_kernel.py
   "tests/notebook/test_notebooks.py::test_01_quickstart"
   "tests/notebook/test_notebooks.py::test_07_config_panel"
+  tests/pool/test_pool_kernel.py
+  tests/pool/test_magics_kernel.py
 )
 
 tier unit 300 tests/unit
@@ -52,7 +55,7 @@ tier pool 300 tests/pool
 bash tests/colab/make_env.sh .venv-colab
 (
   export JUPYTER_PATH="${PWD}/.venv-colab/share/jupyter" NBACCEL_TEST_KERNEL=nbaccel-colab
-  tier colab 360 "${COLAB_TESTS[@]}"
+  tier colab 480 "${COLAB_TESTS[@]}"
 )
 tier faults 300 tests/faults
 tier multinode 300 tests/multinode
