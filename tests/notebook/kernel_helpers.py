@@ -395,3 +395,11 @@ class ProcessSnapshot:
             listening=listening,
             temp_entries=frozenset(os.listdir(temp_dir or tempfile.gettempdir())),
         )
+
+    def assert_same(self, after: ProcessSnapshot) -> None:
+        """Assert that ``after`` holds exactly what this snapshot held."""
+        assert after.children == self.children, "child processes left behind"
+        assert after.fds == self.fds, "file descriptors leaked"
+        assert after.threads == self.threads, "threads left behind"
+        assert after.listening == self.listening, "listening sockets left open"
+        assert after.temp_entries == self.temp_entries, "temporary files left behind"

@@ -96,14 +96,6 @@ def _interrupt(kernel: Kernel, method: str) -> None:
     assert pids_alive(pids) == [], f"workers {pids} outlived the interrupted cell ({method})"
 
 
-def _same_resources(before: ProcessSnapshot, after: ProcessSnapshot) -> None:
-    assert after.children == before.children, "child processes left behind"
-    assert after.fds == before.fds, "file descriptors leaked"
-    assert after.threads == before.threads, "threads left behind"
-    assert after.listening == before.listening, "listening sockets left open"
-    assert after.temp_entries == before.temp_entries, "temporary files left behind"
-
-
 def _snapshot(kernel: Kernel, kernel_tmp: Path) -> ProcessSnapshot:
     kernel.settle()
     return ProcessSnapshot.take(kernel.pid, str(kernel_tmp))
@@ -122,7 +114,7 @@ def test_interrupt_stops_every_worker_and_the_next_launch_works(
     cell = kernel.ok("print(notebook_launcher(quick, (1,), num_processes=2, start_method='fork'))")
     assert "[(1, 0), (1, 1)]" in cell.stdout, cell.describe()
     assert kernel.value(handlers) == handlers_before, "signal handlers were not restored"
-    _same_resources(before, _snapshot(kernel, kernel_tmp))
+    before.assert_same(_snapshot(kernel, kernel_tmp))
 
 
 def test_twenty_launches_in_a_row_leave_nothing_behind(kernel: Kernel, kernel_tmp: Path) -> None:
@@ -133,7 +125,7 @@ def test_twenty_launches_in_a_row_leave_nothing_behind(kernel: Kernel, kernel_tm
             f"print(notebook_launcher(quick, ({i},), num_processes=2, start_method='fork'))"
         )
         assert f"[({i}, 0), ({i}, 1)]" in cell.stdout, cell.describe()
-    _same_resources(before, _snapshot(kernel, kernel_tmp))
+    before.assert_same(_snapshot(kernel, kernel_tmp))
 
 
 @pytest.mark.parametrize(

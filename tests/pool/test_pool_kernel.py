@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +13,15 @@ import pytest
 pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
-from kernel_helpers import Cell, Kernel, click_button, running_kernel, wait_gone, widget_buttons
+from kernel_helpers import (
+    Cell,
+    Kernel,
+    ProcessSnapshot,
+    click_button,
+    running_kernel,
+    wait_gone,
+    widget_buttons,
+)
 
 pytestmark = pytest.mark.notebook
 
@@ -179,3 +188,19 @@ def test_workers_end_with_their_kernel_on_restart_and_shutdown() -> None:
         pids = _pids(other)
         other.shutdown(now=True)
         assert wait_gone(pids, 15) == []
+
+
+def test_twenty_start_stop_cycles_in_one_kernel_leave_nothing_behind(tmp_path: Path) -> None:
+    """Processes, descriptors, threads, listening sockets, temporary files of the kernel."""
+    with running_kernel(TMPDIR=str(tmp_path)) as other:
+        cycle = "%nbaccel start -n 2 --cpu\n%nbaccel stop"
+        other.ok("%load_ext nbaccel\n" + cycle, timeout=120)  # what torch keeps for good
+        other.settle()
+        before = ProcessSnapshot.take(other.pid, str(tmp_path))
+        for i in range(20):
+            other.ok("%nbaccel start -n 2 --cpu", timeout=120)
+            cell = other.ok(f"%%nbaccel\nprint('cycle', {i}, rank)")
+            assert f"[rank1]: cycle {i} 1" in cell.stdout, cell.describe()
+            other.ok("%nbaccel stop", timeout=60)
+        other.settle()
+        before.assert_same(ProcessSnapshot.take(other.pid, str(tmp_path)))
