@@ -6,8 +6,9 @@ Code such as ``if accelerator.is_main_process: accelerator.gather(x)`` followed 
 others in another, waiting for ever. Every nbaccel collective (``wait_for_everyone``, the
 layout exchange before ``gather`` / ``reduce`` / ``pad_across_processes`` / ``broadcast``, the
 start of ``save_state`` and of FSDP's full state dicts) begins with one ``all_gather`` of
-rows of the same size on every process, holding the operation's name and a few integers; when the names differ, every
-process raises :class:`CollectiveMismatchError`, naming what each process was doing.
+rows of the same size on every process, holding the operation's name and a few integers;
+when the names differ, every process raises :class:`CollectiveMismatchError`, naming what
+each process was doing.
 
 The row also has room for data: ``gather`` sends its CPU tensors there when they fit, so that
 it is one collective. How much room every process's row has is predicted the same way on

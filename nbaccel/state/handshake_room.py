@@ -9,9 +9,10 @@ the handshake. It is predicted from the handshakes already made, which every pro
 alike: when the last operations repeat with a period of one to four (an evaluation loop's
 ``pad_across_processes``, ``gather``, ``pad_across_processes``, ``gather``, ...), the next
 one is taken to be the one a period back, and the row gets room for the most bytes the
-processes wanted to send in that operation's last two calls. Otherwise, and for each new default process group, the room is
-:data:`PAYLOAD_BYTES`. A wrong guess costs only time: too little room and the gather sends
-its data in a second collective; too much and a row carries unused bytes once.
+processes wanted to send in that operation's last two calls. Otherwise, and for each new
+default process group, the room is :data:`PAYLOAD_BYTES`. A wrong guess costs only time: too
+little room and the gather sends its data in a second collective; too much and a row carries
+unused bytes once.
 """
 
 from __future__ import annotations
