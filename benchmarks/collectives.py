@@ -103,9 +103,12 @@ _COLLECTIVES = (
 )
 
 
+_COUNTED = {0: "", 8: "_steady"}  # batches whose collectives are counted: the first, the ninth
+
+
 @contextlib.contextmanager
 def _counting(counts: dict[str, int], key: str, enabled: bool) -> Iterator[None]:
-    """Count the ``torch.distributed`` collectives run inside (once, on the first batch)."""
+    """Count the ``torch.distributed`` collectives run inside (on the batches in _COUNTED)."""
     if not enabled:
         yield
         return
@@ -145,11 +148,12 @@ def _worker(local_rank: int, port: int, result_path: str, subject: str, config: 
     started = time.perf_counter()
     for tokens, lengths in loader:
         predictions = tokens.to(torch.float32).unsqueeze(-1) * scale  # (batch, length, hidden)
-        with _counting(per_call, "pad", enabled=calls == 0):
+        suffix = _COUNTED.get(calls, "")
+        with _counting(per_call, "pad" + suffix, enabled=calls in _COUNTED):
             t0 = time.perf_counter()
             padded = accelerator.pad_across_processes(predictions, dim=1)
             t1 = time.perf_counter()
-        with _counting(per_call, "gather", enabled=calls == 0):
+        with _counting(per_call, "gather" + suffix, enabled=calls in _COUNTED):
             gathered, gathered_lengths = accelerator.gather_for_metrics((padded, lengths))
             t2 = time.perf_counter()
         pad_s, gather_s, calls = pad_s + t1 - t0, gather_s + t2 - t1, calls + 1
@@ -240,7 +244,7 @@ def _markdown(payload: dict[str, Any]) -> str:
     config, subjects = payload["config"], payload["subjects"]
     rows = [
         "| Subject | pad_across_processes s | vs nbaccel | gather_for_metrics s | vs nbaccel"
-        " | whole evaluation s | samples/s | collectives per pad, per gather |",
+        " | whole evaluation s | samples/s | collectives per pad, per gather: first; ninth batch |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for item in subjects.values():
@@ -257,7 +261,10 @@ def _markdown(payload: dict[str, Any]) -> str:
             f"{item['samples_per_s']['median']:,.0f}",
         ]
         counts = item["collectives_per_call"]
-        cells.append(f"{counts.get('pad', 0)}, {counts.get('gather', 0)}")
+        cells.append(
+            f"{counts.get('pad', 0)}, {counts.get('gather', 0)}; "
+            f"{counts.get('pad_steady', 0)}, {counts.get('gather_steady', 0)}"
+        )
         rows.append("| " + " | ".join(cells) + " |")
     calls = next(iter(subjects.values()))["calls"]
     return f"""## Collectives on an evaluation set (`collectives`)
@@ -274,8 +281,9 @@ exactly {config["samples"]:,} samples with the right values came back (checked f
 Times are rank 0's, summed over the calls of one evaluation; median (min - max) of
 {config["reps"]} repetitions per subject after one uncounted warm-up, subjects alternating,
 fresh processes each time; ratio = median / nbaccel's median (above 1: slower than nbaccel).
-The last column counts the `torch.distributed` collectives each call ran (first batch): a
-call costs about one gloo round trip per collective at these sizes.
+The last column counts the `torch.distributed` collectives each call ran, on the first batch
+and on the ninth (the loop's steady state): a call costs about one gloo round trip per
+collective at these sizes.
 
 {chr(10).join(rows)}
 

@@ -59,7 +59,7 @@ def agree(op: str, data: Any, ctx: Context, check: Check) -> tuple[list[Any], li
     return tensors, layouts
 
 
-Pack = Callable[[list[Any]], tuple[list[int], Any]]
+Pack = Callable[[list[Any]], tuple[list[int], list[Any], int]]
 
 
 def agree_packed(
@@ -67,18 +67,24 @@ def agree_packed(
 ) -> tuple[list[Any], list[Layout], Any]:
     """:func:`agree`; with ``pack``, also the tensors that travel with the layouts.
 
-    ``pack(tensors)`` returns the indices of the tensors it packed and their bytes (a uint8
-    CPU tensor, or None). The third value is every process's packed bytes, or None when the
-    processes did not pack the same tensors (then every tensor still has to travel).
+    ``pack(tensors)`` returns the indices of the tensors it packed, their bytes (uint8 CPU
+    tensors, in that order) and the bytes it would have packed had there been room (see
+    :func:`~nbaccel.state.handshake.handshake_payload`). The third value is every process's
+    packed bytes, or None when the processes did not pack the same tensors (then every
+    tensor still has to travel).
     """
     local_error: TypeError | None = None
     try:
         tensors = tensor_leaves(op, data, ctx)
     except TypeError as error:
         local_error, tensors = error, []
-    chosen, payload = pack([t for _, t in tensors]) if pack and not local_error else ([], None)
+    chosen: list[int] = []
+    parts: list[Any] | None = None
+    wanted = 0
+    if pack is not None:
+        chosen, parts, wanted = pack([t for _, t in tensors]) if not local_error else ([], [], 0)
     layouts, extras, rows = exchange_layouts(
-        Layout.of(tensors, ok=local_error is None), ctx, op, chosen, payload
+        Layout.of(tensors, ok=local_error is None), ctx, op, chosen, parts, wanted
     )
     if local_error is not None:
         raise local_error

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..state.handshake import PAYLOAD_BYTES, all_gather_into
+from ..state.handshake import MAX_PAYLOAD_BYTES, all_gather_into, payload_capacity
 from .checks import (
     agree,
     agree_packed,
@@ -48,34 +48,40 @@ def _gather_one(tensor: torch.Tensor, ctx: Context) -> torch.Tensor:
     return out
 
 
-def _pack_small(tensors: list[torch.Tensor]) -> tuple[list[int], torch.Tensor | None]:
-    """The CPU tensors small enough to travel with the layout check (in traversal order, while
-    they fit), and their bytes."""
+def _pack_small(tensors: list[torch.Tensor]) -> tuple[list[int], list[torch.Tensor], int]:
+    """The CPU tensors that fit in the room the layout check has for data (in traversal order,
+    while they fit), their bytes, and the bytes of every CPU tensor (what the room should
+    grow to, unless that is more than it ever grows to)."""
+    room = payload_capacity()
     chosen: list[int] = []
     parts: list[torch.Tensor] = []
-    size = 0
+    size = total = 0
     for index, tensor in enumerate(tensors):
+        if tensor.device.type != "cpu":
+            continue
         nbytes = tensor.numel() * tensor.element_size()
-        if tensor.device.type == "cpu" and size + nbytes <= PAYLOAD_BYTES:
+        total += nbytes
+        if size + nbytes <= room:
             chosen.append(index)
             parts.append(tensor.detach().contiguous().reshape(-1).view(torch.uint8))
             size += nbytes
-    if len(parts) < 2:
-        return chosen, (parts[0] if parts else None)
-    return chosen, torch.cat(parts)
+    return chosen, parts, total if total <= MAX_PAYLOAD_BYTES else 0
 
 
 def _unpack_small(
     tensors: list[torch.Tensor], chosen: list[int], rows: torch.Tensor, results: list[Any]
 ) -> None:
-    """Cut each packed tensor's rows (one per process) out of the gathered payloads."""
+    """Copy each packed tensor's rows (one per process) out of the gathered payloads (a
+    buffer that the next handshake reuses)."""
     offset = 0
+    world = rows.shape[0]
     for index in chosen:
         tensor = tensors[index]
         nbytes = tensor.numel() * tensor.element_size()
-        part = rows[:, offset : offset + nbytes].contiguous().view(tensor.dtype)
+        part = torch.empty(world * nbytes, dtype=torch.uint8)
+        part.view(world, nbytes).copy_(rows[:, offset : offset + nbytes])
         shape = tensor.shape if tensor.ndim else (1,)
-        results[index] = part.reshape(rows.shape[0] * shape[0], *shape[1:])
+        results[index] = part.view(tensor.dtype).reshape(world * shape[0], *shape[1:])
         offset += nbytes
 
 
@@ -132,15 +138,15 @@ def gather(tensor: Any) -> Any:
         return rebuild(tensor, gathered)
     packed: list[list[int]] = []
 
-    def pack(leaves: list[torch.Tensor]) -> tuple[list[int], torch.Tensor | None]:
-        chosen, payload = _pack_small(leaves)
+    def pack(leaves: list[torch.Tensor]) -> tuple[list[int], list[torch.Tensor], int]:
+        chosen, parts, wanted = _pack_small(leaves)
         packed.append(chosen)
-        return chosen, payload
+        return chosen, parts, wanted
 
     gloo = ctx.backend in (None, "gloo")
     tensors, _, rows = agree_packed("gather", tensor, ctx, check, pack if gloo else None)
     results: list[Any] = [None] * len(tensors)
-    if rows is not None:  # the small tensors came with the layout check
+    if rows is not None:  # the CPU tensors that fit came with the layout check
         _unpack_small(tensors, packed[0], rows, results)
     rest = [i for i, r in enumerate(results) if r is None]
     if len(rest) > 1 and len({tensors[i].device for i in rest}) == 1:

@@ -172,16 +172,24 @@ def exchange_ints(values: list[int], ctx: Context, tag: str) -> list[list[int]]:
 
 
 def exchange_layouts(
-    layout: Layout, ctx: Context, op: str, extra: list[int] | None = None, payload: Any = None
+    layout: Layout,
+    ctx: Context,
+    op: str,
+    extra: list[int] | None = None,
+    parts: list[torch.Tensor] | None = None,
+    wanted: int = 0,
 ) -> tuple[list[Layout], list[list[int]], Any]:
     """Every process's layout for the operation ``op``, in process order; each process's
-    ``extra`` integers; and, when ``payload`` (CPU bytes, gloo) is given, every process's
-    payload bytes from the same collective (else None)."""
+    ``extra`` integers; and, when ``parts`` (uint8 CPU tensors, gloo; see
+    :func:`~nbaccel.state.handshake.handshake_payload`, as ``wanted``) is given, every
+    process's payload bytes from the same collective (else None)."""
     values = layout.encode() + list(extra or [])
-    if payload is None or ctx.is_xla:
+    if parts is None or ctx.is_xla:
         every, rows = exchange_ints(values, ctx, op), None
     else:
-        every, rows = handshake_payload(op, values, _meta_device(ctx), ctx.num_processes, payload)
+        every, rows = handshake_payload(
+            op, values, _meta_device(ctx), ctx.num_processes, parts, wanted
+        )
     layouts = [Layout.decode(v) for v in every]
     extras = [v[len(one.encode()) :] for v, one in zip(every, layouts, strict=True)]
     return layouts, extras, rows

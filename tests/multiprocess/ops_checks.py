@@ -166,6 +166,89 @@ def gather_many_tensors() -> None:
         assert tensor[:, 0].tolist() == [float(r + i) for r in range(world)]
 
 
+def _count_collectives(function: Callable[[], Any]) -> tuple[Any, int]:
+    """``function()`` and how many all_gathers it ran."""
+    import torch.distributed as dist
+
+    names = [
+        n for n in ("all_gather", "all_gather_into_tensor", "all_gather_single") if hasattr(dist, n)
+    ]
+    originals = {name: getattr(dist, name) for name in names}
+    calls = [0]
+
+    def counted(original: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls[0] += 1
+            return original(*args, **kwargs)
+
+        return call
+
+    for name in names:
+        setattr(dist, name, counted(originals[name]))
+    try:
+        return function(), calls[0]
+    finally:
+        for name, original in originals.items():
+            setattr(dist, name, original)
+
+
+def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """An evaluation batch: ``(8, length, 16)`` float predictions (lengths differ by rank and
+    step, about 20 kB) and their ``(8,)`` lengths."""
+    length = 20 + (step + rank) % 5
+    predictions = torch.arange(8 * length * 16, dtype=torch.float32).reshape(8, length, 16)
+    return predictions + 1000 * rank + step, torch.full((8,), length + 100 * rank)
+
+
+@check
+def gather_loop_sends_data_with_the_layout_check() -> None:
+    """In a loop of pad_across_processes and gather, the room predicted for the gather's data
+    in its layout check fits it: one collective per call, the results stay intact."""
+    rank, world = where()
+    kept = []
+    for step in range(8):
+        predictions, lengths = _batch(rank, step)
+        padded = pad_across_processes(predictions, dim=1)
+        (out, out_lengths), calls = _count_collectives(lambda: gather((padded, lengths)))  # noqa: B023
+        if step >= 5:
+            assert calls == 1, (step, calls)
+        kept.append((step, out, out_lengths))
+    for step, out, out_lengths in kept:  # not overwritten by the later gathers
+        parts = [_batch(r, step) for r in range(world)]
+        longest = max(p.shape[1] for p, _ in parts)
+        expected = torch.cat([pad_one(p, longest) for p, _ in parts])
+        assert torch.equal(out, expected), step
+        assert torch.equal(out_lengths, torch.cat([lengths for _, lengths in parts])), step
+    mine = torch.zeros(8, 24 + rank, 16)  # the same room, shapes that differ: a clear error
+    message = raises(ValueError, lambda: gather((mine, torch.zeros(8))))
+    assert "process 0: [8, 24, 16]" in message and "pad_across_processes" in message, message
+    next_collective_works()
+
+
+def pad_one(tensor: torch.Tensor, length: int) -> torch.Tensor:
+    """``tensor`` padded with zeros along dim 1 to ``length``."""
+    out = torch.zeros(tensor.shape[0], length, *tensor.shape[2:], dtype=tensor.dtype)
+    out[:, : tensor.shape[1]] = tensor
+    return out
+
+
+@check
+def other_operation_after_a_gather_loop_is_a_mismatch() -> None:
+    """After a loop that made the layout check's row large, a process in another operation
+    still gets CollectiveMismatchError on every process (every row has the same size)."""
+    from nbaccel.state.handshake import CollectiveMismatchError
+
+    rank, _ = where()
+    data = _batch(0, 0)  # the same shapes on every process
+    for _ in range(6):
+        gather(data)
+        reduce(torch.ones(2))
+    call = (lambda: gather(data)) if rank == 0 else (lambda: reduce(torch.ones(2)))
+    message = raises(CollectiveMismatchError, call)
+    assert "process 0: gather" in message and "process 1: reduce" in message, message
+    next_collective_works()
+
+
 @check
 def gather_object_lists_and_objects() -> None:
     rank, world = where()
