@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -200,10 +201,17 @@ def _join_process_group(
 def _leave_process_group() -> None:
     """At interpreter exit, close the group this process joined: its communication threads
     end in order instead of being torn down with the interpreter (which can abort a rank
-    whose peer already left). A user's own ``destroy_process_group`` makes this a no-op."""
+    whose peer already left). A user's own ``destroy_process_group`` makes this a no-op.
+
+    Objects that still hold the group after it is destroyed (an FSDP model's reference
+    cycles, say) would free it only during the interpreter's own teardown, where the group's
+    threads and pending work can no longer release their Python objects safely (the process
+    aborts: "terminate called without an active exception"); a collection here frees them
+    while the interpreter is whole."""
     with contextlib.suppress(Exception):
         if dist.is_initialized():
             dist.destroy_process_group()
+            gc.collect()
 
 
 def current_process() -> ProcessRecord:
