@@ -25,6 +25,7 @@ __all__ = [
     "launch_ranks",
     "machine_description",
     "machine_markdown",
+    "markdown_footer",
     "prewarm_imports",
     "rank_environment",
     "require",
@@ -220,6 +221,19 @@ def finish_machine(machine: dict[str, Any], started: float) -> dict[str, Any]:
     machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     machine["wall_seconds"] = round(time.monotonic() - started, 1)
     return machine
+
+
+def markdown_footer(name: str, machine: dict[str, Any], what: str) -> list[str]:
+    """The lines that end a benchmark's section: where every ``what`` (a repetition, a launch)
+    is kept, the machine paragraph, and the plot."""
+    return [
+        "",
+        f"Every {what} is in `benchmarks/results/{name}.json`.",
+        "",
+        machine_markdown(machine, f"python -m benchmarks {name}"),
+        "",
+        f"![{name}](img/{name}.png)",
+    ]
 
 
 def machine_markdown(machine: dict[str, Any], command: str) -> str:

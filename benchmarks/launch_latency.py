@@ -243,14 +243,7 @@ def _markdown(payload: dict[str, Any]) -> str:
             f"**{v['ratio']:.2f}x** (target at most {v['at_most']}x): "
             f"{'met' if v['met'] else 'NOT met'}"
         )
-    lines += [
-        "",
-        f"Every launch is in `benchmarks/results/{NAME}.json`.",
-        "",
-        harness.machine_markdown(payload["machine"], f"python -m benchmarks {NAME}"),
-        "",
-        f"![{NAME}](img/{NAME}.png)",
-    ]
+    lines += harness.markdown_footer(NAME, payload["machine"], "launch")
     return "\n".join(lines)
 
 

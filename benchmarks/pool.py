@@ -221,14 +221,7 @@ def _markdown(payload: dict[str, Any]) -> str:
             f"- {v['subject']} / {v['versus']} = **{v['ratio']:.4f}x** (target at most "
             f"{v['at_most']}x): {'met' if v['met'] else 'NOT met'}"
         )
-    lines += [
-        "",
-        f"Every time is in `benchmarks/results/{NAME}.json`.",
-        "",
-        harness.machine_markdown(payload["machine"], f"python -m benchmarks {NAME}"),
-        "",
-        f"![{NAME}](img/{NAME}.png)",
-    ]
+    lines += harness.markdown_footer(NAME, payload["machine"], "time")
     return "\n".join(lines)
 
 

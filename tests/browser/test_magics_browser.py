@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browser_helpers import open_notebook, write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -19,20 +19,7 @@ CELLS = (
 
 
 def _notebook(root: Path) -> str:
-    cells = [
-        {"cell_type": "code", "id": name, "execution_count": None, "metadata": {}, "outputs": [],
-         "source": source}
-        for name, source in CELLS
-    ]  # fmt: skip
-    nb = {
-        "cells": cells,
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                    "language": "python"}},
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }  # fmt: skip
-    (root / "pool.ipynb").write_text(json.dumps(nb))
-    return "pool.ipynb"
+    return write_notebook(root / "pool.ipynb", list(CELLS))
 
 
 def _run(page: Any, index: int, done: str, timeout: float = 60_000) -> Any:
@@ -51,15 +38,7 @@ def test_nbaccel_cell_shows_prefixed_lines_and_out_values(
     page = browser.new_page(viewport={"width": 1280, "height": 1200})
     page.set_default_timeout(30_000)
     try:
-        page.goto(lab.open_url(_notebook(lab.root)))
-        page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content")
-        select = page.locator(".jp-Dialog").get_by_role("button", name="Select")
-        try:  # JupyterLab may ask which kernel to start
-            select.wait_for(timeout=10_000)
-            select.click()
-        except Exception:
-            pass
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+        open_notebook(page, lab.open_url(_notebook(lab.root)))
         _run(page, 0, "pool of 2 processes is ready", timeout=120_000)
 
         cell = _run(page, 1, "[rank1]: 12")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -12,6 +11,7 @@ from typing import Any
 
 import psutil
 import pytest
+from browser_helpers import open_notebook, write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -51,20 +51,7 @@ _PID = re.compile(r"\[rank\d\]: sleeping in pid (\d+)")
 
 
 def _notebook(root: Path) -> str:
-    cells = [
-        {"cell_type": "code", "id": name, "execution_count": None, "metadata": {}, "outputs": [],
-         "source": source}
-        for name, source in (("panel", SETUP), ("blocking", BLOCKING))
-    ]  # fmt: skip
-    nb = {
-        "cells": cells,
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                    "language": "python"}},
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }  # fmt: skip
-    (root / "panel.ipynb").write_text(json.dumps(nb))
-    return "panel.ipynb"
+    return write_notebook(root / "panel.ipynb", [("panel", SETUP), ("blocking", BLOCKING)])
 
 
 def _shot(page: Any, locator: Any, artifacts: Path, name: str) -> Path:
@@ -83,15 +70,7 @@ def test_panel_validates_launches_and_dashboard_shows_both_ranks_finished_and_st
     page = browser.new_page(viewport={"width": 1280, "height": 1700})
     page.set_default_timeout(30_000)
     try:
-        page.goto(lab.open_url(_notebook(lab.root)))
-        page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content")
-        select = page.locator(".jp-Dialog").get_by_role("button", name="Select")
-        try:  # JupyterLab may ask which kernel to start
-            select.wait_for(timeout=10_000)
-            select.click()
-        except Exception:
-            pass
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+        open_notebook(page, lab.open_url(_notebook(lab.root)))
         page.click(".jp-Notebook .jp-Cell .cm-content")
         page.keyboard.press("Control+Enter")
         page.get_by_text("Hardware found").wait_for()  # the panel rendered
