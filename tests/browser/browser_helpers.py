@@ -38,4 +38,4 @@ def open_notebook(page: Any, url: str) -> None:
         select.click()
     except Exception:
         pass
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'] >> visible=true")

@@ -42,7 +42,10 @@ class Lab:
     root: Path
 
     def open_url(self, notebook: str) -> str:
-        return f"{self.url}/lab/tree/{notebook}?token={self.token}"
+        """The notebook in a workspace of its own, started empty (``reset``): the notebooks
+        that earlier tests opened in this server are not open behind it."""
+        workspace = Path(notebook).stem
+        return f"{self.url}/lab/workspaces/{workspace}/tree/{notebook}?reset&token={self.token}"
 
 
 def _free_port() -> int:
