@@ -25,7 +25,7 @@ from .poolerrors import (
     stuck_message,
 )
 from .poolgroup import PoolGroup, RankDied, RanksStuck, close_groups_quietly, weak_forward
-from .poolstatus import RankBook
+from .poolstatus import RankBook, select_ranks
 from .tasks import CallTask, CellTask, PullTask, PushTask, TaskReply, encode_task
 
 __all__ = ["PoolBrokenError", "PoolClosedError", "TaskTimeoutError", "WorkerPool"]
@@ -292,22 +292,6 @@ class WorkerPool:
         self._task_id += 1
         return self._task_id
 
-    def _ranks(self, ranks: int | Iterable[int] | None) -> list[int]:
-        if ranks is None:
-            return list(range(self.num_processes))
-        chosen: list[Any] = [ranks] if isinstance(ranks, int) else list(ranks)
-        bad = [
-            r
-            for r in chosen
-            if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < self.num_processes
-        ]
-        if bad or not chosen:
-            raise ValueError(
-                f"ranks={ranks!r} is not allowed: name ranks between 0 and "
-                f"{self.num_processes - 1} (an int or a list of ints), or None for all."
-            )
-        return sorted(set(chosen))
-
     def _usable(self) -> PoolGroup:
         self._notice_death()
         if self._state == "closed":
@@ -317,7 +301,7 @@ class WorkerPool:
         return self._group
 
     def _submit(self, task: Any, ranks: int | Iterable[int] | None) -> dict[int, TaskReply]:
-        chosen = self._ranks(ranks)
+        chosen = select_ranks(ranks, self.num_processes)
         message = encode_task(task)
         group = self._usable()
         for rank in chosen:

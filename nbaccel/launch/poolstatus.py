@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["RankBook", "rss_bytes"]
+__all__ = ["RankBook", "rss_bytes", "select_ranks"]
 
 
 def rss_bytes(pid: int | None) -> int | None:
@@ -58,3 +59,22 @@ class RankBook:
                 row["error"] = problem
             rows.append(row)
         return rows
+
+
+def select_ranks(ranks: int | Iterable[int] | None, num_processes: int) -> list[int]:
+    """The ranks a pool call names (``None``: all), sorted, each once; ``ValueError`` before
+    anything is sent when one is not a rank of the pool."""
+    if ranks is None:
+        return list(range(num_processes))
+    chosen: list[Any] = [ranks] if isinstance(ranks, int) else list(ranks)
+    bad = [
+        r
+        for r in chosen
+        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < num_processes
+    ]
+    if bad or not chosen:
+        raise ValueError(
+            f"ranks={ranks!r} is not allowed: name ranks between 0 and "
+            f"{num_processes - 1} (an int or a list of ints), or None for all."
+        )
+    return sorted(set(chosen))
