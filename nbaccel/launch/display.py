@@ -124,10 +124,22 @@ def _worker_shell() -> Any:
         import ipykernel.zmqshell  # noqa: F401
     except ImportError:  # pragma: no cover - ipykernel is in the notebook extra
         pass
+
+    class WorkerShell(InteractiveShell):
+        """The shell of a spawned worker, which already has the kernel's ``sys.path``.
+
+        IPython's start-up adds ``$VIRTUAL_ENV``'s packages to the path (with a warning that
+        would reach the cell) when the interpreter is not that venv's; the kernel did that
+        once already, and its path is the worker's.
+        """
+
+        def init_virtualenv(self) -> None:
+            return None
+
     config = Config()
     config["IPKernelApp"] = Config()
     config["HistoryManager"] = Config({"enabled": False})
-    shell = InteractiveShell.instance(config=config, user_module=sys.modules["__main__"])
+    shell = WorkerShell.instance(config=config, user_module=sys.modules["__main__"])
     _choose_again("tqdm.autonotebook", "tqdm.auto")  # imported (with nbaccel) before the shell
     return shell
 

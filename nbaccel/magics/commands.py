@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
+from IPython.core import magic
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, magics_class
 
 from .arguments import LINE_USAGE, parse_cell_line, parse_line
 from .auto import AutoCells
 from .show import StatusTable, cell_value
 
 __all__ = ["PoolMagics"]
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _named(kind: str, name: str) -> Callable[[_Method], _Method]:
+    """IPython's ``line_magic(name)``/``cell_magic(name)``, typed as the decorator it returns.
+
+    IPython 9 annotates the marker's result as "a function or a decorator", which a type
+    checker cannot call; the named form always returns the decorator.
+    """
+    marker = magic.line_magic if kind == "line" else magic.cell_magic
+    return cast(Callable[[_Method], _Method], marker(name))
 
 
 @magics_class
@@ -25,7 +39,7 @@ class PoolMagics(Magics):
         self.auto = AutoCells(shell)
 
     # -- %nbaccel --------------------------------------------------------------------------
-    @line_magic("nbaccel")
+    @_named("line", "nbaccel")
     def nbaccel_line(self, line: str) -> Any:
         """Start, inspect, restart or stop the kernel's worker pool; switch auto mode."""
         options = parse_line(line)
@@ -93,7 +107,7 @@ class PoolMagics(Magics):
         return self.pool
 
     # -- %%nbaccel -------------------------------------------------------------------------
-    @cell_magic("nbaccel")
+    @_named("cell", "nbaccel")
     def nbaccel_cell(self, line: str, cell: str) -> Any:
         """Run the cell on every rank of the pool (``--ranks 0,1``: on those ranks)."""
         ranks = parse_cell_line(line)["ranks"]

@@ -21,6 +21,10 @@ from nbaccel.launch.events import RankStateEvent
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(120)]
 
+# How long a stop or a reported timeout may take beyond what was asked, on a loaded 2-core
+# machine: these tests show that the launch ends, not how fast (benchmarks/ measure speed).
+SLACK_S = 30.0
+
 NODE_SCRIPT = """
 import json, os, sys
 
@@ -136,7 +140,7 @@ def test_launcher_node_that_never_arrives_times_out(free_port: Callable[[], int]
     message = str(info.value)
     assert "[1]" in message and "node" in message, message
     assert "rendezvous_timeout" in message
-    assert elapsed < 10, f"the missing node was reported only after {elapsed:.1f}s"
+    assert elapsed < 3 + SLACK_S, f"the missing node was reported only after {elapsed:.1f}s"
     assert h.child_pids() == before, "workers started although a node was missing"
     assert h.launch(h.local_rank_env, use_port=port) == [0, 1], "the port was not released"
 
@@ -155,7 +159,7 @@ def test_launcher_main_node_that_never_answers_times_out(free_port: Callable[[],
             use_port=port,
             rendezvous_timeout=3,
         )
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 3 + SLACK_S
     assert f"127.0.0.1:{port}" in str(info.value)
     assert h.child_pids() == before
 
@@ -201,21 +205,18 @@ def test_launcher_sigint_in_a_terminal_stops_every_worker(
     try:
         workers = _read_worker_pids(proc, 2, within=60)
         assert all(not h.is_dead(pid) for pid in workers)
-        started = time.monotonic()
         if target == "group":
             os.killpg(proc.pid, signal.SIGINT)
         else:
             proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=5)
-        elapsed = time.monotonic() - started
+        _, err = proc.communicate(timeout=SLACK_S)  # a hang fails here
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert b"KeyboardInterrupt" in err, err.decode(errors="replace")[-2000:]
     assert proc.returncode != 0
-    assert elapsed < 5
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + SLACK_S
     while not all(h.is_dead(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert all(h.is_dead(pid) for pid in workers), "a worker survived the interrupt"
@@ -235,7 +236,7 @@ def test_launcher_interrupt_in_the_kernel_stops_workers_and_next_launch_works() 
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         h.launch(h.sleep_forever, on_event=interrupt_when_all_run)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < SLACK_S
     assert running == {0, 1}
     h.assert_clean_then_next_launch_works(before)
 

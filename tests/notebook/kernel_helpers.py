@@ -50,12 +50,14 @@ KERNEL_NAME = os.environ.get("NBACCEL_TEST_KERNEL", "python3")
 BANNER = re.compile(r"^Launching \d+ processes\b")
 _BANNER_METHOD = re.compile(r"\bwith (fork|spawn)\b")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-# Variables that would tell nbaccel it is already inside a launch, or turn on debug mode.
+# Variables that would tell nbaccel it is already inside a launch, or turn on debug mode, and
+# VIRTUAL_ENV: a kernel runs its own environment's interpreter (a test that wants another venv
+# active passes it explicitly).
 _DROPPED = re.compile(
     r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|NODE_RANK|ROLE_RANK|"
     r"ROLE_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_.*|OMPI_COMM_WORLD_.*|PMI_.*|"
     r"MPI_LOCAL.*|NBACCEL_.*|ACCELERATE_.*|PJRT_DEVICE|TPU_.*|COLAB_TPU_ADDR|"
-    r"IPYKERNEL_CELL_NAME)$"
+    r"IPYKERNEL_CELL_NAME|VIRTUAL_ENV)$"
 )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -105,6 +107,27 @@ def emit():
 def test_print_oswrite_and_c_printf_reach_the_cell_prefixed(kernel: Kernel, method: str) -> None:
     kernel.ok(_EMIT)
     cell = _launch(kernel, f"notebook_launcher(emit, num_processes=2, start_method={method!r})")
+    _assert_emitted(cell)
+
+
+def test_spawned_workers_add_nothing_of_their_own_start_up_with_another_venv_active(
+    tmp_path: Path,
+) -> None:
+    """A kernel whose interpreter is not the active virtual environment's (Jupyter started
+    from one venv, the kernel from another): IPython warns about it at start-up, and a spawned
+    worker's start-up must not bring that warning, or anything else, into the cell."""
+    other = tmp_path / "other-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(other)], check=True)
+    with running_kernel(VIRTUAL_ENV=str(other)) as kernel:
+        kernel.ok("import ctypes, os, sys\nfrom nbaccel import notebook_launcher")
+        kernel.ok(_EMIT)
+        _assert_emitted(
+            _launch(kernel, "notebook_launcher(emit, num_processes=2, start_method='spawn')")
+        )
+
+
+def _assert_emitted(cell: Cell) -> None:
+    """``emit``'s six lines per rank, and nothing else, each once on its own stream."""
     assert _result(cell) == [0, 1]
     out = [line for line in cell.lines("stdout") if not line.startswith(RESULT)]
     err = cell.lines("stderr")

@@ -27,14 +27,9 @@ def readme_commands() -> list[str]:
 
 
 def ci_commands() -> list[str]:
-    """The commands .ci/run runs, ``python -m pip`` written as ``pip``."""
+    """The command lines of .ci/run, in order (comments and blank lines left out)."""
     lines = (ROOT / ".ci" / "run").read_text().splitlines()
-    commands = [
-        line.strip()
-        for line in lines
-        if line.strip() and not line.startswith("#") and not line.startswith(("set ", "cd "))
-    ]
-    return [re.sub(r"^python -m pip ", "pip ", command) for command in commands]
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
 
 def _site_dirs() -> list[str]:
@@ -167,13 +162,17 @@ def test_readme_test_command_installs_and_is_what_ci_runs(venv: dict[str, str]) 
     python_steps = [step for step in steps[:-1] if not step.startswith("apt-get")]
     result = _bash(" && ".join(python_steps), venv, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
-    # .ci/run runs the README's commands, in order, ending with the same test command; it may
-    # add CI-only set-up steps between them (e.g. system packages for the browser tier).
+    # .ci/run runs both README commands as written, in order, in a venv it makes new first.
     ci = ci_commands()
-    assert ci[-1] == steps[-1], f".ci/run ends with {ci[-1]!r}, the README with {steps[-1]!r}"
-    remaining = iter(ci)
-    missing = [step for step in steps if step not in remaining]
-    assert not missing, f".ci/run ({ci}) does not run the README's {missing}, in order"
+    assert ci[-2:-1] == readme_commands()[1:], (
+        f".ci/run does not end with the README's test command: {ci}"
+    )
+    assert readme_commands()[0] in ci[: ci.index(readme_commands()[1])], ci
+    fresh = [
+        c for c in ci if c.startswith(("rm -rf .venv-ci", "python -m venv .venv-ci", ". .venv-ci"))
+    ]
+    assert fresh == ["rm -rf .venv-ci", "python -m venv .venv-ci", ". .venv-ci/bin/activate"], ci
+    assert ci.index(fresh[-1]) < ci.index(readme_commands()[0]), "the venv comes first"
 
 
 def test_readme_notebook_example_runs_in_a_kernel() -> None:
