@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -13,10 +11,7 @@ from typing import Any
 import cloudpickle
 
 from ..environment import (
-    fsdp_launch_variables,
     hardware_description,
-    launch_variables,
-    user_thread_count,
 )
 from .config import LaunchConfig
 from .errors import (
@@ -27,15 +22,14 @@ from .errors import (
     format_fates,
     root_cause,
 )
-from .nodes import Meeting, gloo_interface, meet_machines
-from .output import OutputRelay, format_prefix
+from .launchgroup import GroupOutcome, LaunchGroup
+from .localranks import LocalRanks, worker_env
+from .nodes import Meeting, meet_machines
 from .peers import NodeWatch
-from .processes import GroupOutcome, WorkerGroup
-from .render import cell_renderer
 from .rendezvous import LOOPBACK, StoreHost
-from .spec import WorkerSpec
+from .spec import WorkerMode, WorkerSpec
 
-__all__ = ["LaunchPlan", "banner", "worker_env", "worker_spec"]
+__all__ = ["LaunchPlan", "banner"]
 
 
 def banner(config: LaunchConfig, method: str, verb: str = "Launching") -> str:
@@ -67,9 +61,9 @@ class LaunchPlan:
         on_event: receives worker events in the launcher's process.
         line_sink: also receives every whole output line as ``(local_rank, stream, line)``
             (see :class:`OutputRelay`).
-        stop_requested: set it to stop every rank (see :class:`WorkerGroup`).
+        stop_requested: set it to stop every rank (see :class:`LaunchGroup`).
         on_started: receives ``{global rank: pid}`` once the workers of an attempt started.
-        on_wait: called between the supervisor's waits (see :class:`WorkerGroup`).
+        on_wait: called between the supervisor's waits (see :class:`LaunchGroup`).
     """
 
     function: Callable[..., Any]
@@ -98,27 +92,19 @@ class LaunchPlan:
     ) -> list[Any]:
         if attempt == 0:
             print(banner(config, self.method), flush=True)
-        first_rank = config.node_rank * config.num_processes
-        ranks = {lr: first_rank + lr for lr in range(config.num_processes)}
-        prefixes = {
-            lr: format_prefix(
-                config.log_line_prefix_template, rank=r, local_rank=lr, node_rank=config.node_rank
-            )
-            for lr, r in ranks.items()
-        }
         stop = threading.Event()
         watch = _watch(meeting, attempt, stop) if meeting is not None else None
-        relay = OutputRelay(prefixes, line_sink=self.line_sink)
-        renderer = cell_renderer(config.display_ranks, ranks, prefixes, relay.drain)
-        on_event = renderer.chain(self.on_event) if renderer is not None else self.on_event
+        local = LocalRanks.prepare(config, self.method, self.on_event, self.line_sink)
         try:
-            env = {lr: self._env(config, r, lr, port, attempt, meeting) for lr, r in ranks.items()}
-            specs = [self._spec(config, r, lr, env[lr], relay) for lr, r in ranks.items()]
-            for spec in specs:
-                spec.display = renderer is not None
-            group = WorkerGroup(
+            specs = []
+            for lr, rank in local.ranks.items():
+                env = worker_env(config, rank, lr, port, attempt, self.method, meeting)
+                spec = local.spec(lr, env, WorkerMode.LAUNCH)
+                spec.function, spec.args, spec.kwargs = self.function, self.args, self.kwargs
+                specs.append(spec)
+            group = LaunchGroup(
                 specs,
-                on_event,
+                local.on_event,
                 config.monitor_interval,
                 config.timeout,
                 attempt=attempt,
@@ -126,11 +112,7 @@ class LaunchPlan:
                 on_started=self.on_started,
                 on_wait=lambda: self._on_wait(stop, watch),
             )
-            for stream in (sys.stdout, sys.stderr):
-                stream.flush()
-            group.start()  # fork before the relay's reader thread exists
-            relay.close_child_ends()
-            relay.start()
+            local.start(group.supervisor)
             if watch is not None:
                 watch.start()
             try:
@@ -142,13 +124,11 @@ class LaunchPlan:
                     raise problem from None
                 raise
         finally:
-            relay.close()
-            if renderer is not None:
-                renderer.close()
+            local.close()
             if watch is not None:
                 watch.close()
         try:
-            return self._results(outcome, specs, first_rank, watch)
+            return self._results(outcome, specs, local.ranks[0], watch)
         finally:
             if watch is not None:
                 _leave(watch, meeting)
@@ -190,97 +170,6 @@ class LaunchPlan:
             table = format_fates(outcome.fates)
             raise RuntimeError(f"rank(s) {missing} ended without a result:\n{table}")
         return [cloudpickle.loads(outcome.results[s.rank]) for s in specs]
-
-    def _spec(
-        self,
-        config: LaunchConfig,
-        rank: int,
-        local_rank: int,
-        env: dict[str, str],
-        relay: OutputRelay,
-    ) -> WorkerSpec:
-        spec = worker_spec(config, rank, local_rank, env, relay, self.method)
-        spec.function, spec.args, spec.kwargs = self.function, self.args, self.kwargs
-        return spec
-
-    def _env(
-        self,
-        config: LaunchConfig,
-        rank: int,
-        local_rank: int,
-        port: int,
-        attempt: int,
-        meeting: Meeting | None,
-    ) -> dict[str, str]:
-        return worker_env(config, rank, local_rank, port, attempt, self.method, meeting)
-
-
-def worker_spec(
-    config: LaunchConfig,
-    rank: int,
-    local_rank: int,
-    env: dict[str, str],
-    relay: OutputRelay,
-    method: str,
-) -> WorkerSpec:
-    """The spec of one worker writing into ``relay`` (its task is set by the caller)."""
-    out_fd, err_fd = relay.child_fds(local_rank)
-    return WorkerSpec(
-        function=_no_function,
-        args=(),
-        rank=rank,
-        local_rank=local_rank,
-        env=env,
-        stdout_fd=out_fd,
-        stderr_fd=err_fd,
-        result_fd=-1,
-        start_method=method,
-        parent_pid=os.getpid(),
-        num_threads=config.threads_per_process(user_thread_count()),
-        sys_path=list(sys.path),
-        cwd=os.getcwd(),
-    )
-
-
-def _no_function() -> None:
-    """The function of a pool worker's spec: its tasks come through its task pipe."""
-
-
-def worker_env(
-    config: LaunchConfig,
-    rank: int,
-    local_rank: int,
-    port: int,
-    attempt: int,
-    method: str,
-    meeting: Meeting | None = None,
-) -> dict[str, str]:
-    """The launch variables of one worker (a launch's or a pool's)."""
-    env = launch_variables(
-        rank=rank,
-        world_size=config.world_size,
-        local_rank=local_rank,
-        local_world_size=config.num_processes,
-        node_rank=config.node_rank,
-        master_addr=config.master_addr if config.multi_node else LOOPBACK,
-        master_port=port,
-        restart_count=attempt,
-        fork_launched=method == "fork",
-        mixed_precision=config.mixed_precision,
-        debug=config.debug,
-        use_cpu=config.cpu,
-    )
-    if config.fsdp_config is not None:  # the config file in force asks for FSDP
-        from ..config.fsdp import FsdpConfig
-
-        fsdp = FsdpConfig(config.fsdp_config).for_processes(config.cpu)
-        env.update(fsdp_launch_variables(fsdp))
-    env["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # the launcher hosts the store
-    if meeting is None:
-        env["GLOO_SOCKET_IFNAME"] = "lo"
-    else:  # the interface that reaches the master, or the user's own choice
-        env["GLOO_SOCKET_IFNAME"] = gloo_interface(meeting.route)
-    return env
 
 
 def _watch(meeting: Meeting, attempt: int, stop: threading.Event) -> NodeWatch:

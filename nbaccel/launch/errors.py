@@ -10,6 +10,7 @@ from typing import Any
 
 import cloudpickle
 
+from .states import Fate
 from .wire import dumps_for_parent
 
 __all__ = [
@@ -83,15 +84,12 @@ def capture_exception(exc: BaseException, when: float) -> RemoteException:
 class RankFate:
     """What became of one rank.
 
-    ``state`` is one of ``"returned"``, ``"raised"``, ``"exited"`` (non-zero exit code without
-    an exception), ``"signalled"`` (killed by a signal it was not sent by the launcher),
-    ``"stopped"`` (stopped by the launcher after another rank failed), ``"timed out"`` or
-    ``"running"``.
+    ``state`` is a :class:`Fate` (its members say what each means).
     """
 
     rank: int
     local_rank: int
-    state: str = "running"
+    state: Fate = Fate.RUNNING
     exit_code: int | None = None
     error: RemoteException | None = None
     when: float | None = None

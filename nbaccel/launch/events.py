@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..state.registry import STATE
+from .states import PoolState, RankState, TaskState
 
 __all__ = [
     "Event",
@@ -38,16 +39,17 @@ class RankStateEvent(Event):
     """A rank changed state: ``running`` (sent by the rank), then ``returned``, ``failed`` or
     ``stopped`` (stopped by the launcher after another rank failed), sent by the launcher."""
 
-    state: str = "running"
+    state: RankState = RankState.RUNNING
     restart_count: int = 0
 
 
 @dataclass(frozen=True)
 class TaskEvent(Event):
     """A worker pool's rank changed state: ``running`` a task (``label`` names it: the cell,
-    ``In [5]``, or the function), then ``idle``, ``failed``, ``interrupted`` or ``dead``."""
+    ``In [5]``, or the function), then ``idle``, ``failed`` or ``interrupted``; in a broken
+    pool ``dead`` or ``stopped``."""
 
-    state: str = "idle"
+    state: TaskState = TaskState.IDLE
     label: str = ""
     task_id: int = 0
 
@@ -57,7 +59,7 @@ class PoolStateEvent(Event):
     """A worker pool changed state (``rank`` is -1): ``ready``, ``running``, ``broken``,
     ``restarting`` or ``closed``; ``message`` says why, where there is a reason."""
 
-    state: str = "ready"
+    state: PoolState = PoolState.READY
     message: str = ""
 
 

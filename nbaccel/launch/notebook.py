@@ -16,6 +16,7 @@ from .errors import LaunchStopped, WorkerError
 from .events import RankStateEvent, emit
 from .guard import choose_start_method, install_cuda_init_tracer
 from .peers import MachineLostError, RemoteRankError
+from .states import RankState
 from .variables import temporary_environment
 
 __all__ = ["debug_launcher", "notebook_launcher", "open_dashboard", "refuse_existing_state"]
@@ -260,15 +261,15 @@ def _run_here(
     }
     with temporary_environment(changes):
         STATE.event_sink, STATE.worker_rank = on_event, 0
-        emit(RankStateEvent(rank=0, state="running", restart_count=attempt))
+        emit(RankStateEvent(rank=0, state=RankState.RUNNING, restart_count=attempt))
         try:
             result = function(*args, **kwargs)
         except BaseException:
-            emit(RankStateEvent(rank=0, state="failed", restart_count=attempt))
+            emit(RankStateEvent(rank=0, state=RankState.FAILED, restart_count=attempt))
             raise
         finally:
             reset_registry()  # the next launch in this kernel starts afresh
             STATE.event_sink = None
-        emit(RankStateEvent(rank=0, state="returned", restart_count=attempt))
+        emit(RankStateEvent(rank=0, state=RankState.RETURNED, restart_count=attempt))
         STATE.event_sink = None
         return result

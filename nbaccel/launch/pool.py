@@ -26,6 +26,7 @@ from .poolerrors import (
 )
 from .poolgroup import PoolGroup, RankDied, RanksStuck, close_groups_quietly, weak_forward
 from .poolstatus import RankBook, select_ranks
+from .states import PoolState, TaskState
 from .tasks import CallTask, CellTask, PullTask, PushTask, TaskReply, encode_task
 
 __all__ = ["PoolBrokenError", "PoolClosedError", "TaskTimeoutError", "WorkerPool"]
@@ -113,7 +114,7 @@ class WorkerPool:
         self._finalizer = weakref.finalize(self, close_groups_quietly, self._holder)
         self._generation = -1
         self._task_id = 0
-        self._state = "starting"
+        self._state = PoolState.STARTING
         self._problem = ""
         self._book = RankBook()
         if self._board is not None:
@@ -208,8 +209,8 @@ class WorkerPool:
         if self._state == "closed":
             return
         self._close_group()
-        self._state = "closed"
-        self._emit(PoolStateEvent(rank=-1, state="closed"))
+        self._state = PoolState.CLOSED
+        self._emit(PoolStateEvent(rank=-1, state=PoolState.CLOSED))
         if self._board is not None:
             with contextlib.suppress(Exception):
                 self._board.end(None)
@@ -222,12 +223,12 @@ class WorkerPool:
         self.shutdown()
 
     def __repr__(self) -> str:
-        return f"WorkerPool(num_processes={self.num_processes}, state={self._state!r})"
+        return f"WorkerPool(num_processes={self.num_processes}, state={str(self._state)!r})"
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _start(self) -> None:
         self._generation += 1
-        self._state, self._problem = "starting", ""
+        self._state, self._problem = PoolState.STARTING, ""
         on_event = weak_forward(self)  # the group must not keep a dropped pool alive
         if self._board is not None:
             on_event = self._board.chain(on_event)
@@ -238,24 +239,24 @@ class WorkerPool:
             group.start(self.start_timeout)
         except RankDied as died:
             self._close_group()
-            self._state = "broken"
+            self._state = PoolState.BROKEN
             self._problem = f"the pool's workers failed to start: {died.error}"
             raise quiet(died.error)  # noqa: B904 - its cause is the rank's WorkerError
         except BaseException:
             self._close_group()
-            self._state = "broken"
+            self._state = PoolState.BROKEN
             self._problem = "the pool's workers failed to start"
             raise
         self._group = group
-        self._book.devices = {r: str(info.get("device")) for r, info in group.ready.items()}
+        self._book.devices = {r: ready.device for r, ready in group.ready.items()}
         self._book.pids = group.pids()
         self._book.current.clear()
-        self._state = "ready"
+        self._state = PoolState.READY
         if self._board is not None and hasattr(self._board, "set_pids"):
             self._board.set_pids(group.pids())
-        self._emit(PoolStateEvent(rank=-1, state="ready"))
+        self._emit(PoolStateEvent(rank=-1, state=PoolState.READY))
         for rank in range(self.num_processes):
-            self._emit(TaskEvent(rank=rank, state="idle"))
+            self._emit(TaskEvent(rank=rank, state=TaskState.IDLE))
 
     def _close_group(self, grace: float | None = None) -> None:
         group, self._group = self._group, None
@@ -281,11 +282,13 @@ class WorkerPool:
             "namespace is lost), or pool.shutdown()."
         )
         self._close_group()
-        self._state = "broken"
-        self._book.fates = {f.rank: "dead" if f.failed else "stopped" for f in died.fates}
+        self._state = PoolState.BROKEN
+        self._book.fates = {
+            f.rank: TaskState.DEAD if f.failed else TaskState.STOPPED for f in died.fates
+        }
         for rank, state in self._book.fates.items():
             self._emit(TaskEvent(rank=rank, state=state))
-        self._emit(PoolStateEvent(rank=-1, state="broken", message=self._problem))
+        self._emit(PoolStateEvent(rank=-1, state=PoolState.BROKEN, message=self._problem))
 
     # -- one task ----------------------------------------------------------------------------
     def _next_id(self) -> int:
@@ -307,9 +310,11 @@ class WorkerPool:
         for rank in chosen:
             self._book.current[rank] = self._book.last[rank] = task.label
             self._emit(
-                TaskEvent(rank=rank, state="running", label=task.label, task_id=task.task_id)
+                TaskEvent(
+                    rank=rank, state=TaskState.RUNNING, label=task.label, task_id=task.task_id
+                )
             )
-        self._state = "running"
+        self._state = PoolState.RUNNING
         stop = getattr(self._board, "stop_requested", None)
         if stop is not None:
             stop.clear()  # a click between calls does not stop this one
@@ -339,12 +344,18 @@ class WorkerPool:
         finally:
             self._book.current.clear()
             if self._state == "running":
-                self._state = "ready"
+                self._state = PoolState.READY
             release = getattr(self._board, "release_messages", None)
             if release is not None:
                 release()  # a cell queued during the call runs next, as without the pool
         for rank, reply in replies.items():
-            state = "interrupted" if interrupted else "failed" if reply.error else "idle"
+            state = (
+                TaskState.INTERRUPTED
+                if interrupted
+                else TaskState.FAILED
+                if reply.error
+                else TaskState.IDLE
+            )
             self._emit(TaskEvent(rank=rank, state=state, label=task.label, task_id=task.task_id))
         if interrupted:
             how = "stopped (the dashboard's Stop)" if stop and stop.is_set() else "interrupted"
@@ -375,7 +386,7 @@ class WorkerPool:
 
     def _restart_after(self, reason: str) -> str:
         """Restart the group; the sentence that tells the user what was lost."""
-        self._emit(PoolStateEvent(rank=-1, state="restarting", message=reason))
+        self._emit(PoolStateEvent(rank=-1, state=PoolState.RESTARTING, message=reason))
         self._close_group(grace=0.2)  # stuck ranks would not leave by themselves
         try:
             self._start()

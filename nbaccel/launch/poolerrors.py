@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from .errors import RankFate, WorkerError, build_error, root_cause
-from .tasks import TaskReply
+from .protocol import TaskReply
+from .states import Fate
 
 __all__ = [
     "PoolBrokenError",
@@ -34,7 +35,7 @@ class TaskTimeoutError(TimeoutError):
 
 def first_error(replies: dict[int, TaskReply]) -> BaseException | None:
     fates = [
-        RankFate(r, r, state="raised" if rep.error else "returned", error=rep.error)
+        RankFate(r, r, state=Fate.RAISED if rep.error else Fate.RETURNED, error=rep.error)
         for r, rep in sorted(replies.items())
     ]
     for fate in fates:

@@ -14,16 +14,26 @@ from datetime import timedelta
 from multiprocessing.connection import Connection, wait
 from typing import Any, TextIO, cast
 
-import cloudpickle
-
-from .attempt import worker_env, worker_spec
 from .config import LaunchConfig
 from .errors import RankFate, RemoteException, build_error
-from .output import OutputRelay, format_prefix
-from .processes import WorkerGroup, WorkerHandle
-from .render import CellRenderer, cell_renderer
+from .localranks import LocalRanks, worker_env
+from .processes import WorkerHandle
+from .protocol import (
+    AskWhere,
+    Crash,
+    Location,
+    Notice,
+    Ready,
+    Reply,
+    Stop,
+    TaskReply,
+    WorkerMessage,
+    encode_for_worker,
+)
 from .rendezvous import LOOPBACK, StoreHost
-from .tasks import STOP_MESSAGE, WHERE_MESSAGE, TaskReply
+from .spec import WorkerMode
+from .states import Fate
+from .supervisor import Supervisor
 
 __all__ = ["PoolGroup", "RankDied", "RanksStuck", "close_groups_quietly", "weak_forward"]
 
@@ -89,14 +99,13 @@ class PoolGroup:
         self.line_sink = line_sink
         self.ranks = list(range(config.num_processes))
         self.host: StoreHost | None = None
-        self.relay: OutputRelay | None = None
-        self.renderer: CellRenderer | None = None
+        self.local: LocalRanks | None = None
         self.on_event = on_event
-        self.group: WorkerGroup | None = None
+        self.supervisor: Supervisor | None = None
         self.task_pipes: dict[int, Connection] = {}
         self.replies: dict[int, TaskReply] = {}
         self.where: dict[int, str] = {}
-        self.ready: dict[int, dict[str, Any]] = {}
+        self.ready: dict[int, Ready] = {}
         self.crashed: dict[int, RemoteException] = {}
 
     # -- start -------------------------------------------------------------------------------
@@ -106,41 +115,27 @@ class PoolGroup:
         config = self.config
         wait_for = timedelta(seconds=config.rendezvous_timeout)
         self.host = StoreHost(LOOPBACK, config.use_port or 0, config.world_size, wait_for)
-        prefixes = {
-            r: format_prefix(config.log_line_prefix_template, rank=r, local_rank=r)
-            for r in self.ranks
-        }
-        self.relay = OutputRelay(
-            prefixes,
-            cast(TextIO, _Current("stdout")),
-            cast(TextIO, _Current("stderr")),
-            line_sink=self.line_sink,
+        streams = (cast(TextIO, _Current("stdout")), cast(TextIO, _Current("stderr")))
+        self.local = local = LocalRanks.prepare(
+            config, self.method, self.user_on_event, self.line_sink, streams
         )
-        self.renderer = cell_renderer(
-            config.display_ranks, {r: r for r in self.ranks}, prefixes, self.relay.drain
-        )
-        if self.renderer is not None:
-            self.on_event = self.renderer.chain(self.user_on_event)
+        self.on_event = local.on_event
         specs, read_ends = [], []
         for rank in self.ranks:
             env = worker_env(config, rank, rank, self.host.port, self.generation, self.method)
-            spec = worker_spec(config, rank, rank, env, self.relay, self.method)
+            spec = local.spec(rank, env, WorkerMode.POOL)
             read_fd, write_fd = os.pipe()
             self.task_pipes[rank] = Connection(write_fd, readable=False)
             read_ends.append(read_fd)
-            spec.task_fd, spec.display = read_fd, self.renderer is not None
+            spec.task_fd = read_fd
             specs.append(spec)
         keep_out = tuple(pipe.fileno() for pipe in self.task_pipes.values())
-        self.group = WorkerGroup(specs, keep_out=keep_out)
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
+        self.supervisor = Supervisor(specs, self._on_message, keep_out=keep_out)
         try:
-            self.group.start()  # fork before the relay's reader thread exists
+            local.start(self.supervisor)
         finally:
             for fd in read_ends:
                 os.close(fd)
-        self.relay.close_child_ends()
-        self.relay.start()
         self._wait_ready(timeout, deadline)
 
     def _wait_ready(self, timeout: float, deadline: float) -> None:
@@ -159,7 +154,7 @@ class PoolGroup:
     @property
     def handles(self) -> list[WorkerHandle]:
         """The workers' handles, by rank."""
-        return self.group.handles if self.group is not None else []
+        return self.supervisor.handles if self.supervisor is not None else []
 
     def pids(self) -> dict[int, int]:
         """Rank -> pid."""
@@ -173,44 +168,30 @@ class PoolGroup:
 
     def pump(self, timeout: float) -> None:
         """Wait up to ``timeout`` s and handle every message and exit that arrived."""
-        waitables: list[Any] = [h.conn for h in self.handles if h.conn_open]
-        waitables += [h.sentinel for h in self.handles if h.exit_code is None and h.sentinel >= 0]
-        for ready in wait(waitables, timeout=timeout):
-            for handle in self.handles:
-                if ready is handle.conn:
-                    self._receive(handle)
-                elif ready == handle.sentinel:
-                    handle.poll()
+        if self.supervisor is not None:
+            self.supervisor.pump(timeout)
 
-    def _receive(self, handle: WorkerHandle) -> None:
-        try:
-            data = handle.conn.recv_bytes()
-        except (EOFError, OSError):
-            handle.conn.close()
-            handle.conn_open = False
-            handle.poll()
-            return
-        kind, rank, payload = cloudpickle.loads(data)
-        if kind == "event":
+    def _on_message(self, message: WorkerMessage) -> None:
+        if isinstance(message, Notice):
             if self.on_event is not None:
-                self.on_event(payload)
-        elif kind == "reply":
-            self.replies[rank] = payload
-        elif kind == "where":
-            self.where[rank] = payload
-        elif kind == "ready":
-            self.ready[rank] = payload
-        elif kind == "error":  # the worker machinery failed; the process is about to end
-            self.crashed[rank] = payload
+                self.on_event(message.event)
+        elif isinstance(message, Reply):
+            self.replies[message.rank] = message.reply
+        elif isinstance(message, Location):
+            self.where[message.rank] = message.stack
+        elif isinstance(message, Ready):
+            self.ready[message.rank] = message
+        elif isinstance(message, Crash):  # the worker machinery failed; the process ends next
+            self.crashed[message.rank] = message.error
 
     def check_alive(self) -> None:
         """Raise :class:`RankDied` when a worker has ended (or its message pipe closed)."""
         dead = [h for h in self.handles if h.poll() is not None or not h.conn_open]
         if not dead:
             return
+        assert self.supervisor is not None
         for handle in dead:  # its last words (an exception) may still be in the pipe
-            while handle.conn_open and handle.conn.poll(0):
-                self._receive(handle)
+            self.supervisor.drain(handle)
             deadline = time.monotonic() + 3.0  # its pipe closed: its exit status follows
             while handle.poll() is None and time.monotonic() < deadline:
                 wait([handle.sentinel] if handle.sentinel >= 0 else [], timeout=_POLL_S)
@@ -221,11 +202,15 @@ class PoolGroup:
             if handle in dead:
                 error = self.crashed.get(rank)
                 fate.state = (
-                    "raised" if error else "signalled" if (fate.exit_code or 0) < 0 else "exited"
+                    Fate.RAISED
+                    if error
+                    else Fate.SIGNALLED
+                    if (fate.exit_code or 0) < 0
+                    else Fate.EXITED
                 )
                 fate.error, fate.when = error, time.time()
             else:
-                fate.state = "stopped"
+                fate.state = Fate.STOPPED
             fates.append(fate)
         cause = next(f for f in fates if f.failed)
         raise RankDied(build_error(cause, fates), fates)
@@ -287,15 +272,14 @@ class PoolGroup:
 
     def interrupt(self, ranks: Collection[int]) -> None:
         """Send SIGINT to the ranks: their running task raises ``KeyboardInterrupt``."""
-        for handle in self.handles:
-            if handle.spec.rank in ranks:
-                handle.send_signal(signal.SIGINT)
+        if self.supervisor is not None:
+            self.supervisor.signal(signal.SIGINT, ranks)
 
     def ask_where(self, ranks: Collection[int], timeout: float = 3.0) -> dict[int, str]:
         """Where each rank's main thread is now (answered by its reader thread)."""
         self.where.clear()
         with contextlib.suppress(OSError):
-            self.send(WHERE_MESSAGE, ranks)
+            self.send(encode_for_worker(AskWhere()), ranks)
         deadline = time.monotonic() + timeout
         while any(r not in self.where for r in ranks) and time.monotonic() < deadline:
             self.pump(_POLL_S)
@@ -303,9 +287,9 @@ class PoolGroup:
 
     def drain(self) -> None:
         """Stream every whole line the ranks have written so far."""
-        if self.relay is not None:
+        if self.local is not None:
             for rank in self.ranks:
-                self.relay.drain(rank)
+                self.local.relay.drain(rank)
 
     # -- end ---------------------------------------------------------------------------------
     def close(self, grace: float = 3.0) -> None:
@@ -313,7 +297,7 @@ class PoolGroup:
         try:
             alive = [h.spec.rank for h in self.handles if h.poll() is None]
             with contextlib.suppress(OSError):
-                self.send(STOP_MESSAGE, alive)
+                self.send(encode_for_worker(Stop()), alive)
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline and any(h.poll() is None for h in self.handles):
                 self.pump(_POLL_S)
@@ -321,18 +305,17 @@ class PoolGroup:
             self._release()
 
     def _release(self) -> None:
-        if self.group is not None:
-            self.group.kill_all(grace=0.5)
-        for handle in self.handles:
-            handle.close()
+        if self.supervisor is not None:
+            try:
+                self.supervisor.kill_all(grace=0.5)
+            finally:
+                self.supervisor.release()
         for pipe in self.task_pipes.values():
             with contextlib.suppress(OSError):
                 pipe.close()
         self.task_pipes.clear()
-        if self.relay is not None:
-            self.relay.close()
-        if self.renderer is not None:
-            self.renderer.close()
+        if self.local is not None:
+            self.local.close()
         if self.host is not None:
             self.host.close()
 

@@ -8,6 +8,8 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from .states import TaskState
+
 __all__ = ["RankBook", "rss_bytes", "select_ranks"]
 
 
@@ -30,7 +32,7 @@ class RankBook:
     last: dict[int, str] = dataclasses.field(default_factory=dict)  # the latest task's label
     devices: dict[int, str] = dataclasses.field(default_factory=dict)
     pids: dict[int, int] = dataclasses.field(default_factory=dict)
-    fates: dict[int, str] = dataclasses.field(default_factory=dict)  # broken: dead or stopped
+    fates: dict[int, TaskState] = dataclasses.field(default_factory=dict)  # broken: dead/stopped
 
     def rank_state(self, rank: int, pool_state: str) -> str:
         """``idle``/``running`` in a live pool; ``dead``/``stopped`` in a broken one."""

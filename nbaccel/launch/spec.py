@@ -7,11 +7,23 @@ import pickle
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import cloudpickle
 
-__all__ = ["WorkerSpec"]
+__all__ = ["WorkerMode", "WorkerSpec"]
+
+
+class WorkerMode(Enum):
+    """What a worker runs: a launch's one function, or a pool's tasks read from a pipe."""
+
+    LAUNCH = "launch"
+    POOL = "pool"
+
+
+def _nothing() -> None:
+    """The function of a pool worker's spec: its tasks come through its task pipe."""
 
 
 @dataclass
@@ -19,43 +31,45 @@ class WorkerSpec:
     """Everything one worker needs; serialised with cloudpickle for spawned workers.
 
     Attributes:
-        function: the function to run (a notebook-defined function, lambda or closure works:
-            fork inherits it, spawn ships it by value with cloudpickle).
-        args: positional arguments for ``function``.
         rank: global rank of the worker.
         local_rank: index of the worker on this machine.
         env: environment variables the worker sets before anything else.
         stdout_fd: write end of the worker's stdout pipe.
         stderr_fd: write end of the worker's stderr pipe.
-        result_fd: write end of the worker's message pipe to the launcher.
+        message_fd: write end of the worker's message pipe to the launcher (set when it
+            starts; ``protocol.py`` says what travels there).
         start_method: ``"fork"`` or ``"spawn"``.
         parent_pid: pid of the launcher; the worker exits when it goes away.
         num_threads: torch intra-op threads for the worker (None: leave torch's default).
         sys_path: the launcher's ``sys.path``, so functions from the user's modules import.
         cwd: the launcher's working directory.
-        kwargs: keyword arguments for ``function``.
         display: the launcher draws rich output in a notebook: send it (see ``display.py``).
-        task_fd: read end of the parent->worker task pipe of a pool worker, which runs the
-            sequence of tasks read from it (see ``tasks.py``); -1 for a launch, whose worker
-            runs ``function`` as its one task.
+        mode: a launch's worker runs ``function`` as its one task (task 0); a pool's runs the
+            tasks it reads from ``task_fd`` until told to stop.
+        function: a launch's function (a notebook-defined function, lambda or closure works:
+            fork inherits it, spawn ships it by value with cloudpickle).
+        args: positional arguments for ``function``.
+        kwargs: keyword arguments for ``function``.
+        task_fd: a pool worker's read end of its task pipe from the launcher.
     """
 
-    function: Callable[..., Any]
-    args: tuple[Any, ...]
     rank: int
     local_rank: int
     env: dict[str, str]
     stdout_fd: int
     stderr_fd: int
-    result_fd: int
     start_method: str
     parent_pid: int
     num_threads: int | None = None
     sys_path: list[str] = field(default_factory=list)
     cwd: str = ""
-    kwargs: dict[str, Any] = field(default_factory=dict)
     display: bool = False
+    mode: WorkerMode = WorkerMode.LAUNCH
+    function: Callable[..., Any] = _nothing
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
     task_fd: int = -1
+    message_fd: int = -1
 
     def dumps(self) -> bytes:
         """Serialise for a spawned worker (functions defined in the notebook go by value)."""
@@ -71,7 +85,7 @@ class WorkerSpec:
             "sys_path": self.sys_path,
             "cwd": self.cwd,
             "rank": self.rank,
-            "fds": (self.stdout_fd, self.stderr_fd, self.result_fd),
+            "fds": (self.stdout_fd, self.stderr_fd, self.message_fd),
         }
         return pickle.dumps((header, inner))
 

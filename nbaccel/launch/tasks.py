@@ -20,19 +20,17 @@ from typing import Any
 import cloudpickle
 import torch
 
-from .errors import RemoteException, capture_exception
+from .errors import capture_exception
+from .protocol import AskWhere, Task, TaskReply, decode_for_worker, encode_for_worker
 from .wire import dumps_for_parent
 
 __all__ = [
-    "STOP_MESSAGE",
-    "WHERE_MESSAGE",
     "CallTask",
     "CellTask",
     "PullTask",
     "PushTask",
     "RemoteRepr",
     "TaskInbox",
-    "TaskReply",
     "TaskRunner",
     "cell_filename",
     "encode_task",
@@ -80,11 +78,6 @@ class PullTask:
     label: str = "pull"
 
 
-# Pipe messages that are no task: "where is your main thread?" and "leave the task loop".
-WHERE_MESSAGE = pickle.dumps((0, "where?", b""))
-STOP_MESSAGE = pickle.dumps((-1, "stop", None))
-
-
 def encode_task(task: CallTask | CellTask | PushTask | PullTask) -> bytes:
     """One task as it travels down a pool worker's task pipe (functions by value)."""
     try:
@@ -95,16 +88,7 @@ def encode_task(task: CallTask | CellTask | PushTask | PullTask) -> bytes:
             f"workers, but they could not be pickled: {type(exc).__name__}: {exc}. Pass values "
             "that can be pickled, or create them inside the task (pool.execute)."
         ) from exc
-    return pickle.dumps((task.task_id, task.label, payload))
-
-
-@dataclass
-class TaskReply:
-    """A worker's answer to one task: the pickled value, or the exception it raised."""
-
-    task_id: int
-    value: bytes | None = None
-    error: RemoteException | None = None
+    return encode_for_worker(Task(task.task_id, task.label, payload))
 
 
 class RemoteRepr:
@@ -258,42 +242,42 @@ def _user_frames(exc: BaseException) -> BaseException:
 
 
 class TaskInbox:
-    """The worker's end of its task pipe: a reader thread answers ``WHERE_MESSAGE`` at once
+    """The worker's end of its task pipe: a reader thread answers :class:`AskWhere` at once
     (even while the main thread is stuck in C code) and queues every task for the main thread.
 
-    Each message is ``pickle((task_id, label, cloudpickled task))``: the task itself is loaded
-    on the main thread, so a function that cannot be loaded here fails as that task.
+    The task itself is loaded on the main thread, so a function that cannot be loaded here
+    fails as that task.
     """
 
     def __init__(self, fd: int, answer_where: Callable[[str], None]) -> None:
         self._conn = Connection(fd, writable=False)
         self._answer_where = answer_where
-        self._queue: queue.Queue[tuple[int, str, bytes | None]] = queue.Queue()
+        self._queue: queue.Queue[Task | None] = queue.Queue()
         self._thread = threading.Thread(target=self._read, name="nbaccel-task-inbox", daemon=True)
         self._thread.start()
 
     def _read(self) -> None:
         while True:
             try:
-                data = self._conn.recv_bytes()
+                message = decode_for_worker(self._conn.recv_bytes())
             except (EOFError, OSError):
-                self._queue.put((-1, "stop", None))  # the parent went away
+                self._queue.put(None)  # the parent went away: as a Stop
                 return
-            task_id, label, payload = pickle.loads(data)
-            if label == "where?":
+            if isinstance(message, AskWhere):
                 self._answer_where(where_now())
-                continue
-            self._queue.put((task_id, label, payload))
-            if payload is None:
+            elif isinstance(message, Task):
+                self._queue.put(message)
+            else:  # Stop
+                self._queue.put(None)
                 return
 
-    def __iter__(self) -> Iterator[tuple[int, str, bytes]]:
-        """``(task_id, label, payload)`` of each task until a stop (``payload`` None)."""
+    def __iter__(self) -> Iterator[Task]:
+        """Each task until a :class:`Stop` (or the pipe's end)."""
         while True:
-            task_id, label, payload = self._queue.get()
-            if payload is None:
+            task = self._queue.get()
+            if task is None:
                 return
-            yield task_id, label, payload
+            yield task
 
     def close(self) -> None:
         """Close the pipe (the reader thread ends with it)."""

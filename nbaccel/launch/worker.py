@@ -12,7 +12,6 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-import cloudpickle
 import torch
 import torch.distributed as dist
 
@@ -22,10 +21,11 @@ from ..state.registry import STATE, reset_registry
 from .bars import text_bars_in_worker
 from .display import install_worker_display
 from .errors import capture_exception
-from .events import RankStateEvent
+from .events import RankState, RankStateEvent
 from .guard import check_child_not_bad_fork
 from .output import redirect_child_output
-from .spec import WorkerSpec
+from .protocol import Crash, Location, Notice, Ready, Reply, WorkerMessage, encode
+from .spec import WorkerMode, WorkerSpec
 from .tasks import CallTask, TaskInbox, TaskRunner
 
 __all__ = ["run_worker", "spawn_entry"]
@@ -55,13 +55,17 @@ class _Channel:
 
     def __init__(self, fd: int, rank: int) -> None:
         self._conn = Connection(fd, readable=False)
-        self._rank = rank
+        self.rank = rank
         self._lock = threading.Lock()
 
-    def send(self, kind: str, payload: Any) -> None:
-        data = cloudpickle.dumps((kind, self._rank, payload))
+    def send(self, message: WorkerMessage) -> None:
+        data = encode(message)
         with self._lock:
             self._conn.send_bytes(data)
+
+    def notify(self, event: Any) -> None:
+        """Send a launch event (a rank state change, progress, a rich display)."""
+        self.send(Notice(self.rank, event))
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -72,16 +76,16 @@ def _prepare(spec: WorkerSpec, channel: _Channel, forked: bool) -> None:
     """Everything before a worker's first task: variables, state, display, threads."""
     os.environ.update(spec.env)  # launchers write the launch variables
     reset_registry()  # a forked worker must not inherit the notebook's state
-    STATE.event_sink = lambda event: channel.send("event", event)
+    STATE.event_sink = channel.notify
     STATE.worker_rank = spec.rank
     if spec.display:  # rich output and notebook bars reach the cell through the channel
-        install_worker_display(lambda event: channel.send("event", event), spec.rank)
+        install_worker_display(channel.notify, spec.rank)
     if spec.num_threads:
         torch.set_num_threads(spec.num_threads)
-    if spec.task_fd < 0:  # a launch's rank runs from now on (a pool's ranks report per task)
+    if spec.mode is WorkerMode.LAUNCH:  # it runs from now on (a pool's ranks: per task)
         restart = read_launch_environment().restart_count
-        channel.send(
-            "event", RankStateEvent(rank=spec.rank, state="running", restart_count=restart)
+        channel.notify(
+            RankStateEvent(rank=spec.rank, state=RankState.RUNNING, restart_count=restart)
         )
     if forked:
         check_child_not_bad_fork()
@@ -92,10 +96,9 @@ def _run_one_task(spec: WorkerSpec, channel: _Channel) -> int:
     runner = TaskRunner({}, spec.rank)
     task = CallTask(0, spec.function, spec.args, spec.kwargs)
     reply = runner.reply(0, lambda: runner.perform(task))
+    channel.send(Reply(spec.rank, reply))
     if reply.error is not None:
-        channel.send("error", reply.error)
         return 1
-    channel.send("result", reply.value)
     if dist.is_initialized():
         with contextlib.suppress(Exception):
             # every rank has finished joining before any closes its connections: a rank
@@ -125,13 +128,13 @@ def _serve_tasks(spec: WorkerSpec, channel: _Channel) -> int:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, interrupt)
-    inbox = TaskInbox(spec.task_fd, lambda text: channel.send("where", text))
-    channel.send("ready", {"device": str(state.device), "pid": os.getpid()})
+    inbox = TaskInbox(spec.task_fd, lambda stack: channel.send(Location(spec.rank, stack)))
+    channel.send(Ready(spec.rank, str(state.device), os.getpid()))
     try:
-        for task_id, _label, payload in inbox:
-            reply = runner.handle(task_id, payload, running)
+        for task in inbox:
+            reply = runner.handle(task.task_id, task.payload, running)
             _flush_streams()  # the task's text reaches the relay before its reply
-            channel.send("reply", reply)
+            channel.send(Reply(spec.rank, reply))
     finally:
         inbox.close()
     if dist.is_initialized():
@@ -154,14 +157,15 @@ def run_worker(spec: WorkerSpec, forked: bool) -> int:
     _die_with_parent(spec.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides when workers stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    channel = _Channel(spec.result_fd, spec.rank)
+    channel = _Channel(spec.message_fd, spec.rank)
     code = 1
     try:
         _prepare(spec, channel, forked)
-        code = _run_one_task(spec, channel) if spec.task_fd < 0 else _serve_tasks(spec, channel)
+        serve = _run_one_task if spec.mode is WorkerMode.LAUNCH else _serve_tasks
+        code = serve(spec, channel)
     except BaseException as exc:  # a failure of the worker machinery itself
         with contextlib.suppress(Exception):
-            channel.send("error", capture_exception(exc, time.time()))
+            channel.send(Crash(spec.rank, capture_exception(exc, time.time())))
         code = 1
     finally:
         STATE.event_sink = None
@@ -176,10 +180,10 @@ def spawn_entry(data: bytes) -> None:
         spec = WorkerSpec.loads(data)
     except BaseException as exc:  # e.g. the function's module cannot be imported here
         header = WorkerSpec.header(data)
-        stdout_fd, stderr_fd, result_fd = header["fds"]
+        stdout_fd, stderr_fd, message_fd = header["fds"]
         redirect_child_output(stdout_fd, stderr_fd)
-        channel = _Channel(result_fd, header["rank"])
-        channel.send("error", capture_exception(exc, time.time()))
+        channel = _Channel(message_fd, header["rank"])
+        channel.send(Crash(channel.rank, capture_exception(exc, time.time())))
         channel.close()
         os._exit(1)
     os._exit(run_worker(spec, forked=False))

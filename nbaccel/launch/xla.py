@@ -25,6 +25,8 @@ from ..environment import fsdp_launch_variables, tpu_requested, xla_device_name
 from ..state.registry import reset_registry
 from .config import LaunchConfig
 from .errors import RankFate, build_error, capture_exception, root_cause
+from .protocol import Reply, TaskReply, decode, encode
+from .states import Fate
 from .variables import temporary_environment
 
 __all__ = ["launch_xla"]
@@ -41,17 +43,17 @@ class _XlaEntry:
         target = Path(self.results) / f"core-{index}.pkl"
         try:
             function, args, kwargs = cloudpickle.loads(self.payload)
-            result = function(*args, **kwargs)
-            message: tuple[str, Any] = ("result", cloudpickle.dumps(result))
+            reply = TaskReply(0, cloudpickle.dumps(function(*args, **kwargs)))
         except BaseException as exc:
-            _write(target, ("error", capture_exception(exc, time.time())))
+            _write(target, Reply(index, TaskReply(0, error=capture_exception(exc, time.time()))))
             raise
-        _write(target, message)
+        _write(target, Reply(index, reply))
 
 
-def _write(target: Path, message: tuple[str, Any]) -> None:
+def _write(target: Path, message: Reply) -> None:
+    """One core's reply, in the protocol's encoding, as a file (xmp.spawn gives no pipe)."""
     partial = target.with_suffix(".part")
-    partial.write_bytes(cloudpickle.dumps(message))
+    partial.write_bytes(encode(message))
     partial.replace(target)  # a reader never sees half a file
 
 
@@ -97,24 +99,25 @@ def _xla_variables(config: LaunchConfig) -> dict[str, str | None]:
     return changes
 
 
-def _read(results: Path) -> list[tuple[int, str, Any]]:
-    messages = []
+def _read(results: Path) -> list[Reply]:
+    replies = []
     for path in results.glob("core-*.pkl"):
-        kind, payload = cloudpickle.loads(path.read_bytes())
-        messages.append((int(path.stem.split("-")[1]), kind, payload))
-    return messages
+        message = decode(path.read_bytes())
+        if isinstance(message, Reply):
+            replies.append(message)
+    return replies
 
 
-def _collect(messages: list[tuple[int, str, Any]], failure: BaseException | None) -> list[Any]:
-    fates = {i: RankFate(i, i) for i, _, _ in messages}
+def _collect(replies: list[Reply], failure: BaseException | None) -> list[Any]:
+    fates = {r.rank: RankFate(r.rank, r.rank) for r in replies}
     results: dict[int, Any] = {}
-    for index, kind, payload in messages:
-        if kind == "result":
-            fates[index].state = "returned"
-            results[index] = cloudpickle.loads(payload)
+    for message in replies:
+        fate, error = fates[message.rank], message.reply.error
+        if error is None:
+            fate.state = Fate.RETURNED
+            results[message.rank] = cloudpickle.loads(message.reply.value or b"")
         else:
-            fates[index].state, fates[index].error = "raised", payload
-            fates[index].when = payload.when
+            fate.state, fate.error, fate.when = Fate.RAISED, error, error.when
     table = [fates[i] for i in sorted(fates)]
     cause = root_cause(table)
     if cause is not None:

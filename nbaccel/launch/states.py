@@ -1,0 +1,62 @@
+"""The states a rank, a pool task and a pool pass through, as enums.
+
+Each member is also its plain string (``RankState.RUNNING == "running"``), which is what the
+events carried before and what the dashboards show, so callbacks that compare with strings
+keep working.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+__all__ = ["Fate", "PoolState", "RankState", "TaskState"]
+
+
+class _Named(str, Enum):
+    """A state whose text is its value (``f"{state}"`` gives ``"running"``)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class RankState(_Named):
+    """A launched rank, as ``RankStateEvent`` reports it: running, then how it ended."""
+
+    RUNNING = "running"
+    RETURNED = "returned"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+class Fate(_Named):
+    """What became of a rank, as the error table shows it (``errors.RankFate``)."""
+
+    RUNNING = "running"
+    RETURNED = "returned"
+    RAISED = "raised"  # the function raised
+    EXITED = "exited"  # non-zero exit code without an exception
+    SIGNALLED = "signalled"  # killed by a signal the launcher did not send
+    STOPPED = "stopped"  # stopped by the launcher after another rank failed
+    TIMED_OUT = "timed out"
+
+
+class TaskState(_Named):
+    """A pool rank, as ``TaskEvent`` reports it."""
+
+    RUNNING = "running"
+    IDLE = "idle"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    DEAD = "dead"  # a broken pool's rank that died
+    STOPPED = "stopped"  # a broken pool's rank that was stopped because another died
+
+
+class PoolState(_Named):
+    """A pool, as ``PoolStateEvent`` reports it."""
+
+    STARTING = "starting"
+    READY = "ready"
+    RUNNING = "running"
+    BROKEN = "broken"
+    RESTARTING = "restarting"
+    CLOSED = "closed"

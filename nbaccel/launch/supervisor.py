@@ -1,0 +1,134 @@
+"""The supervisor: the one loop that watches a group of workers, for a launch and for a pool.
+
+It waits on every worker's message pipe and on a pidfd per process at once, so a message or a
+death is seen as it happens. Each message is decoded once (``protocol.decode``) and handed to
+the owner's ``on_message``; what the messages mean is the owner's policy:
+``launchgroup.LaunchGroup`` runs one task per rank to the end, ``poolgroup.PoolGroup`` feeds
+its ranks task after task. Nothing outlives :meth:`Supervisor.release`: every process is
+reaped and every descriptor closed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import signal
+import time
+from collections.abc import Callable, Collection
+from multiprocessing.connection import wait
+from typing import Any
+
+from .processes import WorkerHandle, kill_and_reap, start_worker
+from .protocol import WorkerMessage, decode
+from .spec import WorkerSpec
+
+__all__ = ["Supervisor"]
+
+
+class Supervisor:
+    """The workers of one group on this machine, and the wait for their messages and exits.
+
+    Args:
+        specs: one spec per local rank.
+        on_message: called in the launcher's process with every message a worker sends.
+        keep_out: the launcher's own descriptors that no forked worker may keep (a pool's
+            write ends of the task pipes).
+        on_started: called once after :meth:`start` with ``{global rank: pid}``.
+    """
+
+    def __init__(
+        self,
+        specs: list[WorkerSpec],
+        on_message: Callable[[WorkerMessage], None],
+        keep_out: tuple[int, ...] = (),
+        on_started: Callable[[dict[int, int]], None] | None = None,
+    ) -> None:
+        self.specs = specs
+        self.on_message = on_message
+        self.keep_out = keep_out
+        self.on_started = on_started
+        self.handles: list[WorkerHandle] = []
+
+    def start(self) -> None:
+        """Start every worker (a forked one keeps none of the others' descriptors)."""
+        output_fds = {s.rank: (s.stdout_fd, s.stderr_fd) for s in self.specs}
+        try:
+            for spec in self.specs:
+                foreign = [fd for r, fds in output_fds.items() if r != spec.rank for fd in fds]
+                foreign += [s.task_fd for s in self.specs if s.rank != spec.rank]
+                foreign += self.keep_out
+                for handle in self.handles:
+                    foreign += [handle.conn.fileno(), handle.sentinel]
+                self.handles.append(start_worker(spec, tuple(fd for fd in foreign if fd >= 0)))
+        except BaseException:  # e.g. an interrupt while starting: stop what did start
+            self.kill_all(grace=0.5)
+            self.release()
+            raise
+        if self.on_started is not None:
+            self.on_started({h.spec.rank: h.pid for h in self.handles})
+
+    # -- the wait ----------------------------------------------------------------------------
+    def pump(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s; hand on every message that arrived and note every exit."""
+        waitables: list[Any] = [h.conn for h in self.handles if h.conn_open]
+        waitables += [h.sentinel for h in self.handles if h.exit_code is None and h.sentinel >= 0]
+        for ready in wait(waitables, timeout=timeout):
+            for handle in self.handles:
+                if ready is handle.conn:
+                    self.receive(handle)
+                    break
+                if ready == handle.sentinel:
+                    handle.poll()
+                    break
+
+    def receive(self, handle: WorkerHandle) -> None:
+        """Read one message of ``handle``'s (or note that its pipe closed)."""
+        try:
+            data = handle.conn.recv_bytes()
+        except (EOFError, OSError):
+            handle.conn.close()
+            handle.conn_open = False
+            if handle.sentinel < 0:
+                handle.poll()
+            return
+        self.on_message(decode(data))
+
+    def drain(self, handle: WorkerHandle) -> None:
+        """Hand on what ``handle``'s pipe still holds (a dead worker's last words)."""
+        while handle.conn_open and handle.conn.poll(0):
+            self.receive(handle)
+
+    def finished(self, handle: WorkerHandle) -> bool:
+        """The worker has exited and its pipe is read to the end."""
+        return handle.exit_code is not None and not handle.conn_open
+
+    def all_finished(self) -> bool:
+        return all(self.finished(h) for h in self.handles)
+
+    # -- signals and the end -----------------------------------------------------------------
+    def signal(self, sig: int, ranks: Collection[int] | None = None) -> None:
+        """Send ``sig`` to the workers of ``ranks`` (all when None) that still run."""
+        for handle in self.handles:
+            if ranks is None or handle.spec.rank in ranks:
+                handle.send_signal(sig)
+
+    def kill_all(self, grace: float) -> None:
+        """Stop every worker now (SIGTERM, then SIGKILL after ``grace`` s) and reap them."""
+        try:
+            self.signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and any(h.poll() is None for h in self.handles):
+                pending = [h.sentinel for h in self.handles if h.exit_code is None]
+                pending = [fd for fd in pending if fd >= 0]
+                if pending:
+                    select.select(pending, [], [], 0.05)
+                else:
+                    time.sleep(0.02)
+        finally:  # even when a second interrupt cuts the grace period short
+            kill_and_reap(self.handles)
+
+    def release(self) -> None:
+        """Close the launcher's descriptors of every worker."""
+        for handle in self.handles:
+            with contextlib.suppress(OSError):
+                handle.close()
