@@ -1,7 +1,7 @@
 """nbaccel: train PyTorch models on many processes, GPUs, machines or TPU cores from a notebook."""
 
 from .accelerator import Accelerator
-from .big_modeling import (  # present so imports work; calling one says what to use instead
+from .big_modeling import (
     cpu_offload,
     cpu_offload_with_hook,
     disk_offload,
@@ -21,16 +21,16 @@ from .kwargs_handlers import (
     InitProcessGroupKwargs,
     KwargsHandler,
 )
-from .launch.dashboards import register_dashboard_factory
-from .launch.errors import WorkerError
-from .launch.notebook import debug_launcher, notebook_launcher
-from .launch.pool import WorkerPool
+from .launch.parent.dashboards import register_dashboard_factory
+from .launch.parent.errors import WorkerError
+from .launch.parent.notebook import debug_launcher, notebook_launcher
+from .launch.parent.pool import WorkerPool
 from .logging import get_logger
 from .plugins import GradientAccumulationPlugin, ProjectConfiguration, TorchDynamoPlugin
 from .seeding import set_seed
 from .state import AcceleratorState, GradientState, PartialState
 from .tracking import GeneralTracker
-from .utils_more import (  # more of Accelerate's top-level names (docs/compatibility.md)
+from .utils_more import (
     DDPCommunicationHookType,
     DeepSpeedPlugin,
     ParallelismConfig,

@@ -1,17 +1,8 @@
 """Re-exports only: the rest of ``accelerate.utils``'s public names (``nbaccel.utils`` adds
 them to its own); see docs/compatibility.md for what each area supports."""
 
-from .big_modeling import (
-    get_state_dict_from_offload,
-    has_offloaded_params,
-    infer_auto_device_map,
-)
-from .checkpoint.simple import (
-    convert_file_size_to_int,
-    dtype_byte_size,
-    load,
-    save,
-)
+from .big_modeling import get_state_dict_from_offload, has_offloaded_params, infer_auto_device_map
+from .checkpoint.simple import convert_file_size_to_int, dtype_byte_size, load, save
 from .constants import (
     BETA_CP_AVAILABLE_PYTORCH_VERSION,
     BETA_SP_AVAILABLE_DEEPSPEED_VERSION,
@@ -36,10 +27,7 @@ from .constants import (
     WEIGHTS_PATTERN_NAME,
     XPU_PROFILING_AVAILABLE_PYTORCH_VERSION,
 )
-from .data.rng import (
-    synchronize_rng_state,
-    synchronize_rng_states,
-)
+from .data.rng import synchronize_rng_state, synchronize_rng_states
 from .enums import (
     ComputeEnvironment,
     CustomDtype,
@@ -115,11 +103,7 @@ from .environment.patching import (
     purge_accelerate_environment,
     str_to_bool,
 )
-from .memory import (
-    clear_device_cache,
-    find_executable_batch_size,
-    release_memory,
-)
+from .memory import clear_device_cache, find_executable_batch_size, release_memory
 from .model_tools import (
     clean_state_dict_for_safetensors,
     compile_regions,
@@ -137,11 +121,7 @@ from .model_tools import (
     model_has_dtensor,
     recursive_getattr,
 )
-from .ops import (
-    find_device,
-    ignorant_find_batch_size,
-    is_namedtuple,
-)
+from .ops import find_device, ignorant_find_batch_size, is_namedtuple
 from .ops.structures import (
     CannotPadNestedTensorWarning,
     TensorInformation,
@@ -159,24 +139,15 @@ from .parallelism import (
     TorchTensorParallelConfig,
     TorchTensorParallelPlugin,
 )
-from .process_control import (
-    tqdm,
-    wait_for_everyone,
-)
-from .profiling import (
-    ProfileKwargs,
-)
+from .process_control import tqdm, wait_for_everyone
+from .profiling import ProfileKwargs
 from .tracking import (
     is_comet_ml_available,
     is_mlflow_available,
     is_tensorboard_available,
     is_wandb_available,
 )
-from .unsupported import (
-    DeepSpeedPlugin,
-    FP8RecipeKwargs,
-    MegatronLMPlugin,
-)
+from .unsupported import DeepSpeedPlugin, FP8RecipeKwargs, MegatronLMPlugin
 
 __all__ = [
     "BETA_CP_AVAILABLE_PYTORCH_VERSION",

@@ -13,6 +13,8 @@ python -m ruff check nbaccel tests
 python -m ruff format --check nbaccel tests
 echo "== mypy"
 python -m mypy
+echo "== import contracts (pyproject.toml's [tool.importlinter])"
+python -c "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
 
 tier() {  # tier NAME BUDGET_SECONDS PATH...
   local name=$1 budget=$2

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     """Launch the training function and print what each rank returned; 0 if accuracy >= 0.9."""
     from ..environment import cuda_device_count
     from ..examples.quickstart import require_scikit_learn, train
-    from ..launch.notebook import notebook_launcher
+    from ..launch.parent.notebook import notebook_launcher
 
     try:
         require_scikit_learn()

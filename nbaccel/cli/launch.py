@@ -24,17 +24,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from ..config import (
-    ConfigError,
-    ResolvedLaunch,
-    config_in_force,
-    resolve_launch,
-    save_config_file,
-)
+from ..config import ConfigError, ResolvedLaunch, config_in_force, resolve_launch, save_config_file
 from ..environment import fsdp_launch_variables, gloo_socket_interface, user_thread_count
-from ..launch.netif import route_to
-from ..launch.nodes import gloo_interface
-from ..launch.variables import temporary_environment
+from ..launch.nodes.meeting import gloo_interface
+from ..launch.nodes.netif import route_to
+from ..launch.parent.variables import temporary_environment
 from .config import add_field_flags, field_values
 
 __all__ = ["add_launch_options", "add_parser", "execute", "run", "run_entry", "script_command"]
@@ -255,7 +249,7 @@ def _run_elastic(resolved: ResolvedLaunch, command: list[str], tmp: Path) -> int
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    from ..launch.elastic import elastic_rendezvous
+    from ..launch.nodes.elastic import elastic_rendezvous
 
     cfg = resolved.config
     if not cfg.debug:

@@ -22,12 +22,7 @@ from .detect import (
     xla_requested,
     xla_topology,
 )
-from .devices import (
-    DeviceChoice,
-    choose_device,
-    cuda_device_count,
-    hardware_description,
-)
+from .devices import DeviceChoice, choose_device, cuda_device_count, hardware_description
 from .fsdp import fsdp_launch_variables, read_fsdp_launch
 from .launch import (
     LaunchEnvironment,

@@ -1,1 +1,14 @@
-"""Everything that runs in the notebook's own process to start, watch and stop workers."""
+"""Launching workers from a notebook: ``notebook_launcher``, ``WorkerPool`` and their parts.
+
+The package has three sides and a vocabulary they share (docs/architecture.md draws it):
+
+- ``parent/``: what runs in the notebook's own process: the launcher and the pool, the one
+  supervisor loop they both run, the output relay, the cell renderer, the error report;
+- ``worker/``: what runs in a worker process: its entry point, its task runner, its side of
+  the output and display channels; it never imports ``parent/`` or ``nodes/``;
+- ``nodes/``: meeting other machines: the rendezvous store, routes and interfaces, the watch
+  over the other machines, torchrun's elastic rendezvous;
+- the modules here: what both sides speak: the typed messages (``protocol``), the hand-off
+  to a worker (``spec``), events and states, tasks, the settings (``config``), the output
+  prefix, a worker's exception (``remote``) and the CUDA fork guard (``guard``).
+"""

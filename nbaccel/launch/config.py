@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from ..environment import cuda_device_count, debug_mode_requested, xla_available
+from .prefix import validate_prefix_template
 
 __all__ = ["DEFAULT_MULTI_NODE_PORT", "LaunchConfig"]
 
@@ -205,8 +206,6 @@ class LaunchConfig:
         out["display_ranks"] = _display_ranks(raw.get("display_ranks"))
         template = raw.get("log_line_prefix_template")
         if template is not None:
-            from .output import validate_prefix_template
-
             validate_prefix_template(template)
         out["log_line_prefix_template"] = template
         if out["num_nodes"] > 1 and out["use_port"] is None and out["rdzv_endpoint"] is None:

@@ -1,4 +1,4 @@
-"""Worker -> parent messages: rank state changes, progress and metrics.
+"""The events a worker sends its launcher: rank state changes, progress, metrics, rich output.
 
 Workers call :func:`emit` (or the helpers below); the launcher forwards every event to the
 ``on_event`` callback given to ``notebook_launcher`` in the notebook's own process, which is
@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..state.registry import STATE
 from .states import PoolState, RankState, TaskState
 
 __all__ = [
+    "BarEvent",
+    "DisplayEvent",
     "Event",
     "MetricsEvent",
     "PoolStateEvent",
@@ -103,3 +106,33 @@ def report_metrics(values: dict[str, float], step: int | None = None) -> bool:
     """Report scalar metrics from this rank."""
     clean = {str(k): float(v) for k, v in values.items()}
     return emit(MetricsEvent(rank=_rank(), values=clean, step=step))
+
+
+@dataclass(frozen=True)
+class DisplayEvent(Event):
+    """One rich output of a rank: ``display`` (a MIME bundle) or ``clear`` (clear_output).
+
+    ``transient`` carries the worker's own ``display_id``; the parent maps it to one of its
+    own, so that ``update=True`` replaces the output shown earlier under that id.
+    """
+
+    kind: str = "display"
+    data: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    transient: dict[str, Any] = field(default_factory=dict)
+    update: bool = False
+    wait: bool = False
+
+
+@dataclass(frozen=True)
+class BarEvent(ProgressEvent):
+    """The state of one notebook progress bar of a rank (also a :class:`ProgressEvent`).
+
+    ``meter`` is tqdm's text of the bar with ``<bar/>`` where the bar itself goes; ``state``
+    is ``open`` or ``closed``.
+    """
+
+    bar_id: int = 0
+    meter: str = ""
+    state: str = "open"
+    leave: bool = True

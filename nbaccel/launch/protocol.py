@@ -25,7 +25,7 @@ from typing import Any, TypeAlias
 
 import cloudpickle
 
-from .errors import RemoteException
+from .remote import RemoteException
 
 __all__ = [
     "AskWhere",

@@ -1,28 +1,17 @@
-"""Tasks a worker runs, one after another: a function, a cell's source, a push or a pull."""
+"""The tasks a pool sends its ranks: a function, a cell's source, a push or a pull.
+
+The parent encodes them (:func:`encode_task`); ``worker/runner.py`` runs them.
+"""
 
 from __future__ import annotations
 
-import ast
-import builtins
-import linecache
-import os
-import pickle
-import queue
-import sys
-import threading
-import time
-import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
-import torch
 
-from .errors import capture_exception
-from .protocol import AskWhere, Task, TaskReply, decode_for_worker, encode_for_worker
-from .wire import dumps_for_parent
+from .protocol import Task, encode_for_worker
 
 __all__ = [
     "CallTask",
@@ -30,13 +19,9 @@ __all__ = [
     "PullTask",
     "PushTask",
     "RemoteRepr",
-    "TaskInbox",
-    "TaskRunner",
     "cell_filename",
     "encode_task",
     "group_values",
-    "run_cell",
-    "where_now",
 ]
 
 
@@ -113,22 +98,6 @@ def cell_filename(label: str, task_id: int) -> str:
     return f"<nbaccel cell {label}>" if label else f"<nbaccel task {task_id}>"
 
 
-def run_cell(source: str, namespace: dict[str, Any], filename: str) -> Any:
-    """Run ``source`` in ``namespace`` as IPython does: the last expression statement is
-    evaluated separately and its value returned (None for a statement, or a trailing ``;``)."""
-    tree = ast.parse(source, filename, "exec")
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    last: ast.Expression | None = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body[-1].value)
-        tree.body.pop()
-    exec(compile(tree, filename, "exec"), namespace)
-    if last is None:
-        return None
-    value = eval(compile(last, filename, "eval"), namespace)
-    return None if source.rstrip().endswith(";") else value
-
-
 def group_values(values: list[Any]) -> list[tuple[list[int], Any]]:
     """``execute``'s per-rank values grouped by equal ``repr``: ``[(ranks, value), ...]`` in
     rank order, so a caller can show a value that every rank returned once."""
@@ -136,152 +105,3 @@ def group_values(values: list[Any]) -> list[tuple[list[int], Any]]:
     for rank, value in enumerate(values):
         groups.setdefault(repr(value), ([], value))[0].append(rank)
     return list(groups.values())
-
-
-_INTERNAL = tuple(
-    os.path.dirname(os.path.realpath(module.__file__ or "")) + os.sep
-    for module in (torch, sys.modules[__name__.split(".")[0]], threading)
-)
-
-
-def where_now(thread_id: int | None = None) -> str:
-    """Where a thread of this process is (the main thread by default): its innermost line
-    outside torch, nbaccel and the standard library (the user's line), then the whole stack."""
-    ident = threading.main_thread().ident if thread_id is None else thread_id
-    frame = sys._current_frames().get(ident or 0)
-    if frame is None:
-        return "(the main thread was not found)"
-    stack = traceback.extract_stack(frame)
-    user = [f for f in stack if not os.path.realpath(f.filename).startswith(_INTERNAL)]
-    pick = (user or list(stack))[-1]
-    line = f"{pick.filename}, line {pick.lineno}, in {pick.name}: {(pick.line or '').strip()}"
-    return line + "\n" + "".join(stack.format()).rstrip()
-
-
-class TaskRunner:
-    """Runs tasks in one rank; its namespace persists from task to task.
-
-    Args:
-        namespace: the rank's namespace (``rank``, ``local_rank``, ``world_size``, ``device``).
-        rank: the rank, for messages.
-    """
-
-    def __init__(self, namespace: dict[str, Any], rank: int) -> None:
-        self.namespace = namespace
-        self.rank = rank
-        self.namespace.setdefault("__name__", "__main__")
-        self.namespace.setdefault("__builtins__", builtins)
-
-    def perform(self, task: Any) -> Any:
-        """Run one task; returns its value (exceptions propagate)."""
-        if isinstance(task, CallTask):
-            return task.function(*task.args, **task.kwargs)
-        if isinstance(task, CellTask):
-            return run_cell(task.source, self.namespace, cell_filename(task.label, task.task_id))
-        if isinstance(task, PushTask):
-            self.namespace.update(task.values)
-            return None
-        if isinstance(task, PullTask):
-            if task.name not in self.namespace:
-                raise NameError(f"name {task.name!r} is not defined on rank {self.rank}")
-            return self.namespace[task.name]
-        raise TypeError(f"unknown task {type(task).__name__}")
-
-    def handle(self, task_id: int, payload: bytes, running: threading.Event) -> TaskReply:
-        """Load and run one task from the pipe; ``running`` is set while its code runs."""
-        is_cell = [False]
-
-        def work() -> Any:
-            task = cloudpickle.loads(payload)
-            is_cell[0] = isinstance(task, CellTask)
-            running.set()
-            try:
-                return self.perform(task)
-            finally:
-                running.clear()
-
-        return self.reply(task_id, work, keep_unpicklable=lambda: is_cell[0])
-
-    def reply(
-        self, task_id: int, run: Callable[[], Any], keep_unpicklable: Callable[[], bool] = bool
-    ) -> TaskReply:
-        """Run ``run`` and wrap its value or exception for the parent.
-
-        ``keep_unpicklable()`` true: a value that cannot be pickled comes back as its
-        :class:`RemoteRepr` (a cell's last expression); otherwise it is an error.
-        """
-        try:
-            value = run()
-        except SystemExit as exc:
-            if exc.code in (None, 0):
-                return TaskReply(task_id, cloudpickle.dumps(None))
-            return TaskReply(task_id, error=capture_exception(_user_frames(exc), time.time()))
-        except BaseException as exc:
-            return TaskReply(task_id, error=capture_exception(_user_frames(exc), time.time()))
-        try:
-            return TaskReply(task_id, dumps_for_parent(value))
-        except Exception as exc:
-            if keep_unpicklable():
-                shown = RemoteRepr(repr(value), type(value).__qualname__)
-                return TaskReply(task_id, pickle.dumps(shown))
-            problem = TypeError(
-                f"rank {self.rank} returned a {type(value).__module__}."
-                f"{type(value).__qualname__}, which cannot be pickled to send it back to the "
-                f"notebook ({type(exc).__name__}: {exc}). Return plain data instead: tensors, "
-                "arrays, numbers, lists, dicts."
-            )
-            return TaskReply(task_id, error=capture_exception(problem, time.time()))
-
-
-def _user_frames(exc: BaseException) -> BaseException:
-    """``exc`` with the task machinery's own frames (this module's) left out of its traceback."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-        tb = tb.tb_next
-    return exc.with_traceback(tb) if tb is not None else exc
-
-
-class TaskInbox:
-    """The worker's end of its task pipe: a reader thread answers :class:`AskWhere` at once
-    (even while the main thread is stuck in C code) and queues every task for the main thread.
-
-    The task itself is loaded on the main thread, so a function that cannot be loaded here
-    fails as that task.
-    """
-
-    def __init__(self, fd: int, answer_where: Callable[[str], None]) -> None:
-        self._conn = Connection(fd, writable=False)
-        self._answer_where = answer_where
-        self._queue: queue.Queue[Task | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._read, name="nbaccel-task-inbox", daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                message = decode_for_worker(self._conn.recv_bytes())
-            except (EOFError, OSError):
-                self._queue.put(None)  # the parent went away: as a Stop
-                return
-            if isinstance(message, AskWhere):
-                self._answer_where(where_now())
-            elif isinstance(message, Task):
-                self._queue.put(message)
-            else:  # Stop
-                self._queue.put(None)
-                return
-
-    def __iter__(self) -> Iterator[Task]:
-        """Each task until a :class:`Stop` (or the pipe's end)."""
-        while True:
-            task = self._queue.get()
-            if task is None:
-                return
-            yield task
-
-    def close(self) -> None:
-        """Close the pipe (the reader thread ends with it)."""
-        try:
-            self._conn.close()
-        except OSError:
-            pass

@@ -52,7 +52,7 @@ class PoolMagics(Magics):
                 "%nbaccel start: a pool is already running in this kernel; use "
                 "%nbaccel restart for a fresh one, or %nbaccel stop first."
             )
-        from ..launch.pool import WorkerPool  # the pool's core lives with the launcher
+        from ..launch.parent.pool import WorkerPool  # the pool's core lives with the launcher
 
         try:
             pool = WorkerPool(

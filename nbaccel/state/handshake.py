@@ -23,13 +23,7 @@ from array import array
 import torch
 import torch.distributed as dist
 
-from .handshake_room import (
-    MAX_PAYLOAD_BYTES,
-    PAYLOAD_BYTES,
-    kept_buffers,
-    payload_capacity,
-    record,
-)
+from .handshake_room import MAX_PAYLOAD_BYTES, PAYLOAD_BYTES, kept_buffers, payload_capacity, record
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",

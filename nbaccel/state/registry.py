@@ -13,12 +13,7 @@ import torch
 import torch.distributed as dist
 
 from ..enums import DistributedType
-from ..environment import (
-    LaunchEnvironment,
-    choose_device,
-    read_launch_environment,
-    xla_topology,
-)
+from ..environment import LaunchEnvironment, choose_device, read_launch_environment, xla_topology
 from ..kwargs_handlers import InitProcessGroupKwargs
 from ..plugins import GradientAccumulationPlugin
 from .shared import StateResetError

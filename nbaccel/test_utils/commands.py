@@ -11,9 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from ..utils import (
-    parse_choice_from_env,
-)
+from ..utils import parse_choice_from_env
 from .requirements import device_count
 
 __all__ = [

@@ -15,10 +15,7 @@ from typing import Any
 import torch
 
 from ..environment import choose_device, cuda_device_count, read_launch_environment
-from ..utils import (
-    is_pytest_available,
-    parse_flag_from_env,
-)
+from ..utils import is_pytest_available, parse_flag_from_env
 
 __all__ = [
     "device_count",

@@ -9,8 +9,8 @@ from typing import Any
 import tqdm.auto
 import tqdm.std
 
-from ..launch.bars import text_bars_in_worker
 from ..launch.events import report_progress
+from ..launch.worker.bars import text_bars_in_worker
 from ..state.registry import STATE
 
 __all__ = ["AutoProgressBar", "TextProgressBar", "progress", "text_bars_in_worker"]

@@ -2,10 +2,7 @@
 holds, so that ``from accelerate.utils.versions import ...`` runs with only the import
 changed."""
 
-from . import (
-    compare_versions,
-    is_torch_version,
-)
+from . import compare_versions, is_torch_version
 
 __all__ = [
     "compare_versions",

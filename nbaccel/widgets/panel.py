@@ -331,7 +331,7 @@ class ConfigPanel(widgets.VBox):
         if self.errors:
             self._status("fix the settings marked above first", error=True)
             raise ValueError(f"invalid settings: {self.errors}")
-        from ..launch.notebook import notebook_launcher
+        from ..launch.parent.notebook import notebook_launcher
 
         board = LaunchDashboard()
         self.dashboard, self.results, self.error = board, None, None

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..launch.errors import LaunchStopped
 from ..launch.events import MetricsEvent, ProgressEvent, RankStateEvent, TaskEvent
+from ..launch.parent.errors import LaunchStopped
 from .memory import format_bytes, gpu_memory, rss
 
 __all__ = ["DashboardState", "RankView"]

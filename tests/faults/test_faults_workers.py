@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from nbaccel import WorkerError, notebook_launcher
-from nbaccel.launch.errors import LaunchTimeoutError
+from nbaccel.launch.parent.errors import LaunchTimeoutError
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(60)]
 

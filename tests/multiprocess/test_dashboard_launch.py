@@ -11,7 +11,7 @@ import launcher_helpers as h
 import pytest
 
 from nbaccel import WorkerError, notebook_launcher
-from nbaccel.launch.errors import LaunchStopped
+from nbaccel.launch.parent.errors import LaunchStopped
 from nbaccel.widgets import TextDashboard
 from nbaccel.widgets.dashboard import LaunchDashboard
 

@@ -10,7 +10,7 @@ import launcher_helpers as h
 import pytest
 
 from nbaccel import WorkerError
-from nbaccel.launch.errors import LaunchTimeoutError, RankFate, root_cause
+from nbaccel.launch.parent.errors import LaunchTimeoutError, RankFate, root_cause
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(90)]
 

@@ -1,4 +1,5 @@
-"""Tests for nbaccel.launch.output: real children, real pipes, whole prefixed lines."""
+"""The output relay (launch/parent/relay.py) and its worker side (launch/worker/redirect.py):
+real children, real pipes, whole prefixed lines."""
 
 from __future__ import annotations
 
@@ -17,12 +18,8 @@ from collections.abc import Callable
 
 import pytest
 
-from nbaccel.launch.output import (
-    DEFAULT_PREFIX_TEMPLATE,
-    OutputRelay,
-    format_prefix,
-    validate_prefix_template,
-)
+from nbaccel.launch.parent.relay import OutputRelay
+from nbaccel.launch.prefix import DEFAULT_PREFIX_TEMPLATE, format_prefix, validate_prefix_template
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -49,7 +46,7 @@ KINDS_ERR = ["py-err", "fd-err"]
 
 SPAWN_PRELUDE = (
     "import sys\n"
-    "from nbaccel.launch.output import redirect_child_output\n"
+    "from nbaccel.launch.worker.redirect import redirect_child_output\n"
     "redirect_child_output(int(sys.argv[1]), int(sys.argv[2]))\n"
 )
 

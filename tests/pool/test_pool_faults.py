@@ -14,7 +14,7 @@ import pytest
 
 from nbaccel import WorkerError, WorkerPool
 from nbaccel.launch.events import PoolStateEvent, TaskEvent
-from nbaccel.launch.pool import PoolBrokenError, TaskTimeoutError
+from nbaccel.launch.parent.pool import PoolBrokenError, TaskTimeoutError
 
 pytestmark = pytest.mark.multiprocess
 

@@ -19,7 +19,7 @@ import torch
 
 from nbaccel import WorkerPool
 from nbaccel.launch.guard import CudaInitializedError
-from nbaccel.launch.pool import PoolClosedError
+from nbaccel.launch.parent.pool import PoolClosedError
 from nbaccel.widgets import TextDashboard
 
 pytestmark = pytest.mark.multiprocess

@@ -16,12 +16,7 @@ import nbaccel
 import nbaccel.utils
 from nbaccel import Accelerator
 from nbaccel.big_modeling import has_offloaded_params, remove_hook_from_module
-from nbaccel.tracking import (
-    AimTracker,
-    GeneralTracker,
-    TrackioTracker,
-    register_tracker_class,
-)
+from nbaccel.tracking import AimTracker, GeneralTracker, TrackioTracker, register_tracker_class
 from nbaccel.tracking.registry import _SPECS, LOGGER_TYPE_TO_CLASS
 
 

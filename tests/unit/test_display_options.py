@@ -14,8 +14,8 @@ from nbaccel.config import ConfigFile
 from nbaccel.config.ranks import parse_display_ranks
 from nbaccel.config.values import ValueProblem
 from nbaccel.launch.config import LaunchConfig
-from nbaccel.launch.logstreams import retarget_log_handlers
-from nbaccel.launch.output import OutputRelay
+from nbaccel.launch.parent.relay import OutputRelay
+from nbaccel.launch.worker.logstreams import retarget_log_handlers
 from nbaccel.widgets.form import PanelValues, launch_options, validate
 from nbaccel.widgets.hardware import Hardware
 

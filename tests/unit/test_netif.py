@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nbaccel.launch.config import DEFAULT_MULTI_NODE_PORT, LaunchConfig
-from nbaccel.launch.netif import interface_of, resolve, route_to
+from nbaccel.launch.nodes.netif import interface_of, resolve, route_to
 
 
 def test_route_to_loopback_names_lo() -> None:

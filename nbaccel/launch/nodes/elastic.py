@@ -25,9 +25,9 @@ from torch.distributed.elastic.rendezvous import (
 from torch.distributed.elastic.rendezvous.static_tcp_rendezvous import StaticTCPRendezvous
 from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
-from .config import DEFAULT_MULTI_NODE_PORT
+from ..config import DEFAULT_MULTI_NODE_PORT
+from .meeting import host_master_store
 from .netif import route_to
-from .nodes import host_master_store
 from .rendezvous import LOOPBACK, PortInUseError, StoreHost, bound_handler
 
 __all__ = ["C10D", "STATIC", "ElasticRendezvous", "elastic_rendezvous"]

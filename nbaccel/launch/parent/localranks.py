@@ -14,14 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from ..config.fsdp import FsdpConfig
-from ..environment import fsdp_launch_variables, launch_variables, user_thread_count
-from .config import LaunchConfig
-from .nodes import Meeting, gloo_interface
-from .output import OutputRelay, format_prefix
+from ...config.fsdp import FsdpConfig
+from ...environment import fsdp_launch_variables, launch_variables, user_thread_count
+from ..config import LaunchConfig
+from ..nodes.meeting import Meeting, gloo_interface
+from ..nodes.rendezvous import LOOPBACK
+from ..prefix import format_prefix
+from ..spec import WorkerMode, WorkerSpec
+from .relay import OutputRelay
 from .render import CellRenderer, cell_renderer
-from .rendezvous import LOOPBACK
-from .spec import WorkerMode, WorkerSpec
 from .supervisor import Supervisor
 
 __all__ = ["LocalRanks", "worker_env"]

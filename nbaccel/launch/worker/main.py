@@ -15,18 +15,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..environment import read_launch_environment
-from ..state.handshake import enter
-from ..state.registry import STATE, reset_registry
+from ...environment import read_launch_environment
+from ...state.handshake import enter
+from ...state.registry import STATE, reset_registry
+from ..events import RankState, RankStateEvent
+from ..guard import check_child_not_bad_fork
+from ..protocol import Crash, Location, Notice, Ready, Reply, WorkerMessage, encode
+from ..remote import capture_exception
+from ..spec import WorkerMode, WorkerSpec
+from ..tasks import CallTask
 from .bars import text_bars_in_worker
 from .display import install_worker_display
-from .errors import capture_exception
-from .events import RankState, RankStateEvent
-from .guard import check_child_not_bad_fork
-from .output import redirect_child_output
-from .protocol import Crash, Location, Notice, Ready, Reply, WorkerMessage, encode
-from .spec import WorkerMode, WorkerSpec
-from .tasks import CallTask, TaskInbox, TaskRunner
+from .redirect import redirect_child_output
+from .runner import TaskInbox, TaskRunner
 
 __all__ = ["run_worker", "spawn_entry"]
 
@@ -111,7 +112,7 @@ def _run_one_task(spec: WorkerSpec, channel: _Channel) -> int:
 def _serve_tasks(spec: WorkerSpec, channel: _Channel) -> int:
     """A pool: join the group once, then run each task read from the task pipe until told to
     stop. SIGINT is ignored between tasks and raises ``KeyboardInterrupt`` inside one."""
-    from ..state import PartialState
+    from ...state import PartialState
 
     state = PartialState()
     namespace: dict[str, Any] = {

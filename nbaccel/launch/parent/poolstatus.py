@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from .states import TaskState
+from ..states import TaskState
 
 __all__ = ["RankBook", "rss_bytes", "select_ranks"]
 

@@ -14,11 +14,9 @@ from datetime import timedelta
 from multiprocessing.connection import Connection, wait
 from typing import Any, TextIO, cast
 
-from .config import LaunchConfig
-from .errors import RankFate, RemoteException, build_error
-from .localranks import LocalRanks, worker_env
-from .processes import WorkerHandle
-from .protocol import (
+from ..config import LaunchConfig
+from ..nodes.rendezvous import LOOPBACK, StoreHost
+from ..protocol import (
     AskWhere,
     Crash,
     Location,
@@ -30,9 +28,12 @@ from .protocol import (
     WorkerMessage,
     encode_for_worker,
 )
-from .rendezvous import LOOPBACK, StoreHost
-from .spec import WorkerMode
-from .states import Fate
+from ..remote import RemoteException
+from ..spec import WorkerMode
+from ..states import Fate
+from .errors import RankFate, build_error
+from .localranks import LocalRanks, worker_env
+from .processes import WorkerHandle
 from .supervisor import Supervisor
 
 __all__ = ["PoolGroup", "RankDied", "RanksStuck", "close_groups_quietly", "weak_forward"]

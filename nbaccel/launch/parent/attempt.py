@@ -10,10 +10,12 @@ from typing import Any
 
 import cloudpickle
 
-from ..environment import (
-    hardware_description,
-)
-from .config import LaunchConfig
+from ...environment import hardware_description
+from ..config import LaunchConfig
+from ..nodes.meeting import Meeting, meet_machines
+from ..nodes.peers import NodeWatch
+from ..nodes.rendezvous import LOOPBACK, StoreHost
+from ..spec import WorkerMode, WorkerSpec
 from .errors import (
     LaunchStopped,
     LaunchTimeoutError,
@@ -24,10 +26,6 @@ from .errors import (
 )
 from .launchgroup import GroupOutcome, LaunchGroup
 from .localranks import LocalRanks, worker_env
-from .nodes import Meeting, meet_machines
-from .peers import NodeWatch
-from .rendezvous import LOOPBACK, StoreHost
-from .spec import WorkerMode, WorkerSpec
 
 __all__ = ["LaunchPlan", "banner"]
 
@@ -42,7 +40,7 @@ def banner(config: LaunchConfig, method: str, verb: str = "Launching") -> str:
         precision = f", mixed precision {config.mixed_precision}"
     count = config.num_processes
     if config.fsdp_config is not None:
-        from ..config.fsdp import FsdpConfig
+        from ...config.fsdp import FsdpConfig
 
         precision += f", FSDP ({FsdpConfig(config.fsdp_config).describe(config.cpu)})"
     return f"{verb} {count} processes on {where}{nodes} with {method} ({backend}){precision}."

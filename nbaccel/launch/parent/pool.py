@@ -9,10 +9,13 @@ from typing import Any
 
 import cloudpickle
 
+from ..config import LaunchConfig, _number
+from ..events import PoolStateEvent, TaskEvent
+from ..guard import choose_start_method
+from ..protocol import TaskReply
+from ..states import PoolState, TaskState
+from ..tasks import CallTask, CellTask, PullTask, PushTask, encode_task
 from .attempt import banner
-from .config import LaunchConfig, _number
-from .events import PoolStateEvent, TaskEvent
-from .guard import choose_start_method
 from .notebook import open_dashboard, refuse_existing_state
 from .poolerrors import (
     PoolBrokenError,
@@ -26,8 +29,6 @@ from .poolerrors import (
 )
 from .poolgroup import PoolGroup, RankDied, RanksStuck, close_groups_quietly, weak_forward
 from .poolstatus import RankBook, select_ranks
-from .states import PoolState, TaskState
-from .tasks import CallTask, CellTask, PullTask, PushTask, TaskReply, encode_task
 
 __all__ = ["PoolBrokenError", "PoolClosedError", "TaskTimeoutError", "WorkerPool"]
 

@@ -1,7 +1,7 @@
 """The parent side of the display channel: draw the workers' rich output in the cell.
 
-:class:`CellRenderer` takes the :class:`~nbaccel.launch.display.DisplayEvent` and
-:class:`~nbaccel.launch.display.BarEvent` messages of the ranks it shows and publishes them
+:class:`CellRenderer` takes the :class:`~nbaccel.launch.events.DisplayEvent` and
+:class:`~nbaccel.launch.events.BarEvent` messages of the ranks it shows and publishes them
 from the notebook's own process (the only one the front end hears), on the thread of the
 running cell. A worker's display ids are mapped to ids of the parent's own, so a display
 handle's ``update`` replaces its output in place; notebook bars become real ``tqdm.notebook``
@@ -16,8 +16,8 @@ import uuid
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from ..environment import in_notebook
-from .display import BarEvent, DisplayEvent
+from ...environment import in_notebook
+from ..events import BarEvent, DisplayEvent
 
 __all__ = ["CellRenderer", "cell_renderer"]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ..protocol import TaskReply
+from ..states import Fate
 from .errors import RankFate, WorkerError, build_error, root_cause
-from .protocol import TaskReply
-from .states import Fate
 
 __all__ = [
     "PoolBrokenError",

@@ -6,7 +6,7 @@ all. :func:`install_worker_display` is called once when a worker starts (a one-t
 ``notebook_launcher`` or a long-lived one): from then on IPython's ``display()``, display
 handles (``update_display``), ``clear_output`` and ``tqdm.notebook`` / ``tqdm.auto`` bars made
 in the worker are turned into :class:`DisplayEvent` and :class:`BarEvent` messages, sent over
-the worker's message pipe; :mod:`nbaccel.launch.render` draws them in the cell.
+the worker's message pipe; :mod:`nbaccel.launch.parent.render` draws them in the cell.
 """
 
 from __future__ import annotations
@@ -16,44 +16,13 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from .events import Event, ProgressEvent
+from ..events import BarEvent, DisplayEvent, Event
 
-__all__ = ["BarEvent", "DisplayEvent", "install_worker_display"]
+__all__ = ["install_worker_display"]
 
 Send = Callable[[Event], None]
-
-
-@dataclass(frozen=True)
-class DisplayEvent(Event):
-    """One rich output of a rank: ``display`` (a MIME bundle) or ``clear`` (clear_output).
-
-    ``transient`` carries the worker's own ``display_id``; the parent maps it to one of its
-    own, so that ``update=True`` replaces the output shown earlier under that id.
-    """
-
-    kind: str = "display"
-    data: dict[str, Any] = field(default_factory=dict)
-    metadata: dict[str, Any] = field(default_factory=dict)
-    transient: dict[str, Any] = field(default_factory=dict)
-    update: bool = False
-    wait: bool = False
-
-
-@dataclass(frozen=True)
-class BarEvent(ProgressEvent):
-    """The state of one notebook progress bar of a rank (also a :class:`ProgressEvent`).
-
-    ``meter`` is tqdm's text of the bar with ``<bar/>`` where the bar itself goes; ``state``
-    is ``open`` or ``closed``.
-    """
-
-    bar_id: int = 0
-    meter: str = ""
-    state: str = "open"
-    leave: bool = True
 
 
 def _flush_text() -> None:

@@ -8,15 +8,15 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ..state.registry import STATE, reset_registry, set_aside
+from ...state.registry import STATE, reset_registry, set_aside
+from ..config import LaunchConfig
+from ..events import RankStateEvent, emit
+from ..guard import choose_start_method, install_cuda_init_tracer
+from ..nodes.peers import MachineLostError, RemoteRankError
+from ..states import RankState
 from .attempt import LaunchPlan
-from .config import LaunchConfig
 from .dashboards import new_dashboard
 from .errors import LaunchStopped, WorkerError
-from .events import RankStateEvent, emit
-from .guard import choose_start_method, install_cuda_init_tracer
-from .peers import MachineLostError, RemoteRankError
-from .states import RankState
 from .variables import temporary_environment
 
 __all__ = ["debug_launcher", "notebook_launcher", "open_dashboard", "refuse_existing_state"]

@@ -1,108 +1,28 @@
-"""Per-rank output capture and rank-prefixed, line-whole streaming to the parent's streams."""
+"""The output relay: every rank's output, rank-prefixed and line-whole, to the parent's streams.
+
+The worker's side (its fds 1 and 2 into the relay's pipes) is ``worker/redirect.py``.
+"""
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import selectors
-import string
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, TextIO
+from typing import TextIO
 
-from .logstreams import retarget_log_handlers
+from ..worker.redirect import redirect_child_output
 
-__all__ = [
-    "DEFAULT_PREFIX_TEMPLATE",
-    "PREFIX_PLACEHOLDERS",
-    "OutputRelay",
-    "format_prefix",
-    "redirect_child_output",
-    "validate_prefix_template",
-]
+__all__ = ["OutputRelay"]
 
-DEFAULT_PREFIX_TEMPLATE = "[rank${rank}]: "
-PREFIX_PLACEHOLDERS = ("rank", "local_rank", "node_rank", "role_name")
 
 _CHUNK = 64 * 1024
 _POLL_S = 0.05
 _MAX_DRAIN_READS = 64
 # A line ends at "\n", at "\r\n", or at a lone "\r" (progress bars redraw with "\r").
 _LINE_END = re.compile(rb"\r\n|\n|\r")
-# Streams replaced by redirect_child_output: kept alive so that their finalisers never close
-# the fds 1 and 2 that now lead into the relay's pipes.
-_REPLACED_STREAMS: list[Any] = []
-
-
-def _allowed_text() -> str:
-    return ", ".join("${" + name + "}" for name in PREFIX_PLACEHOLDERS)
-
-
-def validate_prefix_template(template: object) -> None:
-    """Check a ``log_line_prefix_template`` before anything is started.
-
-    Args:
-        template: A ``string.Template`` string using ``${rank}``, ``${local_rank}``,
-            ``${node_rank}`` and ``${role_name}`` (torchrun's names), or None for the default.
-
-    Raises:
-        TypeError: If ``template`` is neither a str nor None.
-        ValueError: If it names an unknown placeholder or has a malformed ``$``.
-    """
-    if template is None:
-        return
-    if not isinstance(template, str):
-        raise TypeError(
-            f"log_line_prefix_template must be a str or None, not {type(template).__name__}; "
-            f"it may use the placeholders {_allowed_text()}"
-        )
-    sample = dict.fromkeys(PREFIX_PLACEHOLDERS, "0")
-    try:
-        string.Template(template).substitute(sample)
-    except KeyError as err:
-        raise ValueError(
-            f"log_line_prefix_template {template!r} uses the unknown placeholder "
-            f"${{{err.args[0]}}}; allowed placeholders: {_allowed_text()} (write $$ for a "
-            "literal $)"
-        ) from None
-    except ValueError as err:
-        raise ValueError(
-            f"log_line_prefix_template {template!r} is malformed ({err}); allowed "
-            f"placeholders: {_allowed_text()} (write $$ for a literal $)"
-        ) from None
-
-
-def format_prefix(
-    template: str | None,
-    *,
-    rank: int,
-    local_rank: int,
-    node_rank: int = 0,
-    role_name: str = "default",
-) -> str:
-    """Build the prefix put before every line of one rank.
-
-    Args:
-        template: ``log_line_prefix_template``; None means ``DEFAULT_PREFIX_TEMPLATE``.
-        rank: Global rank.
-        local_rank: Rank on this node.
-        node_rank: Rank of this node.
-        role_name: Role name (torchrun's ``role_name``).
-
-    Returns:
-        The prefix, e.g. ``"[rank1]: "``.
-
-    Raises:
-        TypeError: If ``template`` is neither a str nor None.
-        ValueError: If ``template`` is malformed or names an unknown placeholder.
-    """
-    validate_prefix_template(template)
-    chosen = DEFAULT_PREFIX_TEMPLATE if template is None else template
-    return string.Template(chosen).substitute(
-        rank=rank, local_rank=local_rank, node_rank=node_rank, role_name=role_name
-    )
 
 
 class _Pipe:
@@ -348,51 +268,3 @@ class OutputRelay:
                         self._line_sink(pipe.local_rank, pipe.name, line)
                     except Exception:  # a failing sink must not stop the draining either
                         pass
-
-
-def _flush_quietly(stream: object) -> None:
-    # Only real file streams: an ipykernel OutStream inherited by a forked child would send
-    # the parent's pending text again (or block on a lock held by a parent thread).
-    if isinstance(stream, io.TextIOWrapper):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-
-
-def _open_std(fd: int) -> io.TextIOWrapper:
-    raw = io.FileIO(fd, "w", closefd=False)
-    return io.TextIOWrapper(
-        io.BufferedWriter(raw),
-        encoding="utf-8",
-        errors="backslashreplace",
-        line_buffering=True,
-        write_through=True,
-    )
-
-
-def redirect_child_output(stdout_fd: int, stderr_fd: int) -> None:
-    """Send this process's fds 1 and 2, and ``sys.stdout``/``sys.stderr``, into the pipes.
-
-    Call first thing in a worker process, forked or spawned. Afterwards Python ``print``,
-    ``os.write(1, ...)`` and C-level ``printf`` all reach the relay.
-
-    Args:
-        stdout_fd: Write end for stdout (closed here unless it is 1 or 2).
-        stderr_fd: Write end for stderr (closed here unless it is 1 or 2).
-    """
-    _flush_quietly(sys.stdout)
-    _flush_quietly(sys.stderr)
-    os.dup2(stdout_fd, 1)
-    os.dup2(stderr_fd, 2)
-    for fd in {stdout_fd, stderr_fd} - {1, 2}:
-        os.close(fd)
-    old = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
-    _REPLACED_STREAMS.extend(stream for stream in old if stream is not None)
-    sys.stdout = _open_std(1)
-    sys.stderr = _open_std(2)
-    sys.__stdout__ = sys.stdout  # type: ignore[misc]  # typeshed marks these Final
-    sys.__stderr__ = sys.stderr  # type: ignore[misc]
-    new = (sys.stdout, sys.stderr, sys.stdout, sys.stderr)
-    replaced = {o: n for o, n in zip(old, new, strict=True) if o is not None}
-    retarget_log_handlers(replaced, sys.stdout, sys.stderr)

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ..environment import gloo_socket_interface
-from .config import DEFAULT_MULTI_NODE_PORT, LaunchConfig
+from ...environment import gloo_socket_interface
+from ..config import DEFAULT_MULTI_NODE_PORT, LaunchConfig
 from .netif import Route, route_to
 from .peers import watch_timeout
 from .rendezvous import C10dRendezvous, PortInUseError, StoreHost, join_nodes

@@ -21,12 +21,13 @@ from typing import Any
 
 import cloudpickle
 
-from ..environment import fsdp_launch_variables, tpu_requested, xla_device_name
-from ..state.registry import reset_registry
-from .config import LaunchConfig
-from .errors import RankFate, build_error, capture_exception, root_cause
-from .protocol import Reply, TaskReply, decode, encode
-from .states import Fate
+from ...environment import fsdp_launch_variables, tpu_requested, xla_device_name
+from ...state.registry import reset_registry
+from ..config import LaunchConfig
+from ..protocol import Reply, TaskReply, decode, encode
+from ..remote import capture_exception
+from ..states import Fate
+from .errors import RankFate, build_error, root_cause
 from .variables import temporary_environment
 
 __all__ = ["launch_xla"]

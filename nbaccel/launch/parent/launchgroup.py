@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..events import RankStateEvent
+from ..protocol import Crash, Notice, Reply, WorkerMessage
+from ..spec import WorkerSpec
+from ..states import Fate, RankState
 from .errors import LaunchStopped, RankFate
-from .events import RankStateEvent
 from .processes import WorkerHandle
-from .protocol import Crash, Notice, Reply, WorkerMessage
-from .spec import WorkerSpec
-from .states import Fate, RankState
 from .supervisor import Supervisor
 
 __all__ = ["GroupOutcome", "LaunchGroup"]

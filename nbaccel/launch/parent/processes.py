@@ -17,14 +17,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-from .output import redirect_child_output
-from .spec import WorkerMode, WorkerSpec
+from ..spec import WorkerMode, WorkerSpec
+from ..worker.redirect import redirect_child_output
 
 __all__ = ["WorkerHandle", "kill_and_reap", "start_worker"]
 
 _SPAWN_BOOTSTRAP = (
     "import sys; data = sys.stdin.buffer.read(); sys.stdin.close(); "
-    "from nbaccel.launch.worker import spawn_entry; spawn_entry(data)"
+    "from nbaccel.launch.worker.main import spawn_entry; spawn_entry(data)"
 )
 
 
@@ -106,7 +106,9 @@ def _quiet_fork() -> Iterator[None]:
 
 
 def _start_fork(spec: WorkerSpec, read_fd: int, foreign: tuple[int, ...]) -> WorkerHandle:
-    from .worker import run_worker  # imported here: the child imports nothing before its redirect
+    from ..worker.main import (
+        run_worker,  # imported here: the child imports nothing before its redirect
+    )
 
     with _quiet_fork():
         pid = os.fork()

@@ -18,9 +18,9 @@ from collections.abc import Callable, Collection
 from multiprocessing.connection import wait
 from typing import Any
 
+from ..protocol import WorkerMessage, decode
+from ..spec import WorkerSpec
 from .processes import WorkerHandle, kill_and_reap, start_worker
-from .protocol import WorkerMessage, decode
-from .spec import WorkerSpec
 
 __all__ = ["Supervisor"]
 
