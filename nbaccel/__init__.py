@@ -21,7 +21,7 @@ from .kwargs_handlers import (
     InitProcessGroupKwargs,
     KwargsHandler,
 )
-from .launch.parent.dashboards import register_dashboard_factory
+from .launch.parent.dashboards import Dashboard, register_dashboard_factory
 from .launch.parent.errors import WorkerError
 from .launch.parent.notebook import debug_launcher, notebook_launcher
 from .launch.parent.pool import WorkerPool
@@ -45,7 +45,7 @@ from .utils_more import (
 __version__ = "0.1.0"
 
 
-def _widgets_dashboard() -> object:
+def _widgets_dashboard() -> Dashboard:
     """``notebook_launcher(dashboard=True)``'s dashboard: the widgets layer plugs in from above."""
     from .widgets import launch_dashboard
 

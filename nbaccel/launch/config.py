@@ -10,7 +10,7 @@ from typing import Any
 from ..environment import cuda_device_count, debug_mode_requested, xla_available
 from .prefix import validate_prefix_template
 
-__all__ = ["DEFAULT_MULTI_NODE_PORT", "LaunchConfig"]
+__all__ = ["DEFAULT_MULTI_NODE_PORT", "LaunchConfig", "positive_seconds"]
 
 # The port machines agree on when a multi-node launch names none (torchrun's and Accelerate's).
 DEFAULT_MULTI_NODE_PORT = 29500
@@ -29,7 +29,9 @@ def _int(name: str, value: Any, minimum: int, maximum: int | None = None) -> int
     return value
 
 
-def _number(name: str, value: Any, allow_none: bool = False) -> float | None:
+def positive_seconds(name: str, value: Any, allow_none: bool = False) -> float | None:
+    """``value`` as seconds, checked: a positive int or float (not a bool), or None where
+    ``allow_none``; the error names ``name`` and what it accepts."""
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -192,12 +194,14 @@ class LaunchConfig:
         out["rdzv_id"] = rdzv_id
         restarts = raw.get("max_restarts")  # None: the config file's, else 0
         out["max_restarts"] = _int("max_restarts", 0 if restarts is None else restarts, 0)
-        out["monitor_interval"] = _number("monitor_interval", raw.get("monitor_interval", 0.1))
-        out["timeout"] = _number("timeout", raw.get("timeout"), allow_none=True)
-        out["rendezvous_timeout"] = _number(
+        out["monitor_interval"] = positive_seconds(
+            "monitor_interval", raw.get("monitor_interval", 0.1)
+        )
+        out["timeout"] = positive_seconds("timeout", raw.get("timeout"), allow_none=True)
+        out["rendezvous_timeout"] = positive_seconds(
             "rendezvous_timeout", raw.get("rendezvous_timeout", 300.0)
         )
-        out["node_timeout"] = _number("node_timeout", raw.get("node_timeout", 60.0))
+        out["node_timeout"] = positive_seconds("node_timeout", raw.get("node_timeout", 60.0))
         out["start_method"] = _choice(
             "start_method", raw.get("start_method") or "auto", _START_METHODS
         )

@@ -15,11 +15,11 @@ from ..guard import choose_start_method, install_cuda_init_tracer
 from ..nodes.peers import MachineLostError, RemoteRankError
 from ..states import RankState
 from .attempt import LaunchPlan
-from .dashboards import new_dashboard
+from .dashboards import Board, open_dashboard
 from .errors import LaunchStopped, WorkerError
 from .variables import temporary_environment
 
-__all__ = ["debug_launcher", "notebook_launcher", "open_dashboard", "refuse_existing_state"]
+__all__ = ["debug_launcher", "notebook_launcher", "refuse_existing_state"]
 
 install_cuda_init_tracer()
 
@@ -104,18 +104,19 @@ def notebook_launcher(
     board = open_dashboard(dashboard)
     if board is None:
         return _dispatch(function, call_args, call_kwargs, config, on_event, None)
-    board.begin(config.num_processes, config.node_rank * config.num_processes)
-    if config.multi_node and hasattr(board, "set_machines"):  # the others report in their cells
+    shown = board.dashboard
+    shown.begin(config.num_processes, config.node_rank * config.num_processes)
+    if config.multi_node and board.set_machines is not None:  # the others report in their cells
         fixed = config.rdzv_backend == "static"
         board.set_machines(config.node_rank, config.num_nodes, config.num_processes, fixed)
     try:
-        results = _dispatch(function, call_args, call_kwargs, config, board.chain(on_event), board)
+        results = _dispatch(function, call_args, call_kwargs, config, shown.chain(on_event), board)
     except BaseException as exc:
-        board.end(exc)
+        shown.end(exc)
         if isinstance(exc, LaunchStopped):  # asked for: the launcher's own frames are noise
             raise exc.with_traceback(None) from None
         raise
-    board.end(None)
+    shown.end(None)
     return results
 
 
@@ -135,34 +136,13 @@ def debug_launcher(
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def open_dashboard(dashboard: bool | Any | None) -> Any:
-    """None (no dashboard), or the dashboard to feed: one given, or a new one for ``True``.
-
-    The dashboard lives in ``nbaccel.widgets``, plugged in through :mod:`.dashboards`: a widget
-    in a notebook with ipywidgets, plain text otherwise. It offers ``begin``, ``chain``, ``end``,
-    ``line_sink``, ``stop_requested``, ``set_pids`` and ``on_wait`` (called between the
-    supervisor's waits: the widget lets a busy kernel handle its Stop click there; see
-    ``docs/widgets.md``).
-    """
-    if dashboard is None or dashboard is False:
-        return None
-    if dashboard is True:
-        return new_dashboard()  # registered from above (nbaccel/__init__.py)
-    if not all(hasattr(dashboard, name) for name in ("begin", "chain", "end", "line_sink")):
-        raise TypeError(
-            f"dashboard must be True, False, None or a dashboard from nbaccel.widgets, "
-            f"got {type(dashboard).__name__}."
-        )
-    return dashboard
-
-
 def _dispatch(
     function: Callable[..., Any],
     call_args: tuple[Any, ...],
     call_kwargs: dict[str, Any],
     config: LaunchConfig,
     on_event: Callable[[Any], None] | None,
-    board: Any,
+    board: Board | None,
 ) -> list[Any]:
     """Run the launch on the path the config asks for (TPU, in this process, or workers)."""
     if config.accelerator == "xla":
@@ -184,10 +164,10 @@ def _dispatch(
         config,
         _start_method(config),
         on_event,
-        line_sink=getattr(board, "line_sink", None),
-        stop_requested=getattr(board, "stop_requested", None),
-        on_started=getattr(board, "set_pids", None),
-        on_wait=getattr(board, "on_wait", None),
+        line_sink=board.dashboard.line_sink if board else None,
+        stop_requested=board.stop_requested if board else None,
+        on_started=board.set_pids if board else None,
+        on_wait=board.on_wait if board else None,
     )
     return _with_restarts(plan.run, config, restartable=_is_rank_failure)
 

@@ -9,14 +9,15 @@ from typing import Any
 
 import cloudpickle
 
-from ..config import LaunchConfig, _number
+from ..config import LaunchConfig, positive_seconds
 from ..events import PoolStateEvent, TaskEvent
 from ..guard import choose_start_method
 from ..protocol import TaskReply
 from ..states import PoolState, TaskState
 from ..tasks import CallTask, CellTask, PullTask, PushTask, encode_task
 from .attempt import banner
-from .notebook import open_dashboard, refuse_existing_state
+from .dashboards import open_dashboard
+from .notebook import refuse_existing_state
 from .poolerrors import (
     PoolBrokenError,
     PoolClosedError,
@@ -87,8 +88,8 @@ class WorkerPool:
     ) -> None:
         if on_event is not None and not callable(on_event):
             raise TypeError(f"on_event must be callable or None, got {type(on_event).__name__}.")
-        self.grace_period = float(_number("grace_period", grace_period) or 0.0)
-        self.start_timeout = float(_number("start_timeout", start_timeout) or 0.0)
+        self.grace_period = float(positive_seconds("grace_period", grace_period) or 0.0)
+        self.start_timeout = float(positive_seconds("start_timeout", start_timeout) or 0.0)
         self.config = LaunchConfig.build(
             num_processes=num_processes,
             mixed_precision=mixed_precision,
@@ -119,14 +120,14 @@ class WorkerPool:
         self._problem = ""
         self._book = RankBook()
         if self._board is not None:
-            self._board.begin(self.config.num_processes, 0)
+            self._board.dashboard.begin(self.config.num_processes, 0)
         print(banner(self.config, self.method, verb="Starting a pool of"), flush=True)
         try:
             self._start()
         except BaseException as exc:
             if self._board is not None:
                 with contextlib.suppress(Exception):
-                    self._board.end(exc)
+                    self._board.dashboard.end(exc)
             raise
 
     # -- the public calls --------------------------------------------------------------------
@@ -138,7 +139,7 @@ class WorkerPool:
     @property
     def dashboard(self) -> Any:
         """The dashboard that shows the pool (``dashboard=True`` or one given), else None."""
-        return self._board
+        return self._board.dashboard if self._board is not None else None
 
     @property
     def state(self) -> str:
@@ -214,7 +215,7 @@ class WorkerPool:
         self._emit(PoolStateEvent(rank=-1, state=PoolState.CLOSED))
         if self._board is not None:
             with contextlib.suppress(Exception):
-                self._board.end(None)
+                self._board.dashboard.end(None)
         self._finalizer.detach()
 
     def __enter__(self) -> WorkerPool:
@@ -231,9 +232,10 @@ class WorkerPool:
         self._generation += 1
         self._state, self._problem = PoolState.STARTING, ""
         on_event = weak_forward(self)  # the group must not keep a dropped pool alive
+        line_sink = None
         if self._board is not None:
-            on_event = self._board.chain(on_event)
-        line_sink = getattr(self._board, "line_sink", None)
+            on_event = self._board.dashboard.chain(on_event)
+            line_sink = self._board.dashboard.line_sink
         group = PoolGroup(self.config, self.method, self._generation, on_event, line_sink)
         self._holder[:] = [group]
         try:
@@ -253,7 +255,7 @@ class WorkerPool:
         self._book.pids = group.pids()
         self._book.current.clear()
         self._state = PoolState.READY
-        if self._board is not None and hasattr(self._board, "set_pids"):
+        if self._board is not None and self._board.set_pids is not None:
             self._board.set_pids(group.pids())
         self._emit(PoolStateEvent(rank=-1, state=PoolState.READY))
         for rank in range(self.num_processes):
@@ -316,7 +318,7 @@ class WorkerPool:
                 )
             )
         self._state = PoolState.RUNNING
-        stop = getattr(self._board, "stop_requested", None)
+        stop = self._board.stop_requested if self._board is not None else None
         if stop is not None:
             stop.clear()  # a click between calls does not stop this one
         try:
@@ -334,7 +336,7 @@ class WorkerPool:
                 self.grace_period,
                 self.config.timeout,
                 stop=stop,
-                on_wait=getattr(self._board, "on_wait", None),
+                on_wait=self._board.on_wait if self._board is not None else None,
             )
         except RankDied as died:
             self._break(died)
@@ -346,9 +348,9 @@ class WorkerPool:
             self._book.current.clear()
             if self._state == "running":
                 self._state = PoolState.READY
-            release = getattr(self._board, "release_messages", None)
-            if release is not None:
-                release()  # a cell queued during the call runs next, as without the pool
+            if self._board is not None and self._board.release_messages is not None:
+                # a cell queued during the call runs next, as without the pool
+                self._board.release_messages()
         for rank, reply in replies.items():
             state = (
                 TaskState.INTERRUPTED
@@ -405,7 +407,7 @@ class WorkerPool:
     def _emit(self, event: Any) -> None:
         if self._board is not None:
             with contextlib.suppress(Exception):
-                self._board.chain(None)(event)
+                self._board.dashboard.chain(None)(event)
         self._emit_user(event)
 
     def _emit_user(self, event: Any) -> None:
