@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 
 __all__ = [
+    "PRECISIONS",
     "ComputeEnvironment",
     "CustomDtype",
     "DDPCommunicationHookType",
@@ -68,6 +69,14 @@ class PrecisionType(_StrEnum):
     FP8 = "fp8"
     FP16 = "fp16"
     BF16 = "bf16"
+
+
+# The names ``mixed_precision`` accepts, in the order every message and menu shows them: the
+# one list that the launcher, the config file, the launch variables, the commands and the
+# widgets check against.
+PRECISIONS: tuple[str, ...] = tuple(
+    p.value for p in (PrecisionType.NO, PrecisionType.FP16, PrecisionType.BF16, PrecisionType.FP8)
+)
 
 
 class RNGType(_StrEnum):

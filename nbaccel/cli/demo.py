@@ -6,6 +6,8 @@ import argparse
 import sys
 import time
 
+from ..enums import PRECISIONS
+
 __all__ = ["add_parser", "run"]
 
 # The accuracy the demo must reach on the digits' test split for the command to succeed.
@@ -33,9 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--start_method", choices=("auto", "fork", "spawn"), default="auto", help="how to start"
     )
     parser.add_argument("--epochs", type=int, default=8, help="passes over the data (default 8)")
-    parser.add_argument(
-        "--mixed_precision", choices=("no", "fp16", "bf16", "fp8"), default=None, help="precision"
-    )
+    parser.add_argument("--mixed_precision", choices=PRECISIONS, default=None, help="precision")
     parser.add_argument("--cpu", action="store_true", help="use the CPU even if GPUs exist")
     parser.set_defaults(handler=run)
 

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..enums import DynamoBackend
+from ..enums import PRECISIONS, DynamoBackend
 from .fsdp import FsdpConfig
 from .ranks import DEFAULT_DISPLAY_RANKS, display_ranks_text
 from .values import ValueProblem, as_bool, as_choice, as_int, as_port, as_str
@@ -28,7 +28,6 @@ __all__ = [
     "parse_mapping",
 ]
 
-PRECISIONS = ("no", "fp16", "bf16", "fp8")
 DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU", "FSDP", "XLA")
 _UNSUPPORTED_TYPES = (
     "DEEPSPEED",

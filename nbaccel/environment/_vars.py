@@ -11,9 +11,6 @@ _TRUE = {"1", "true", "yes", "on", "y"}
 _FALSE = {"0", "false", "no", "off", "n", ""}
 
 
-_PRECISIONS = ("no", "fp16", "bf16", "fp8")
-
-
 def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:
     return os.environ if environ is None else environ
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ._vars import _PRECISIONS, _TRUE, _bool_var, _environ, _int_var
+from ..enums import PRECISIONS
+from ._vars import _TRUE, _bool_var, _environ, _int_var
 
 
 @dataclass(frozen=True)
@@ -71,10 +72,10 @@ def _precision_var(env: Mapping[str, str]) -> str | None:
         raw = env.get(name)
         if raw:
             value = raw.strip().lower()
-            if value not in _PRECISIONS:
+            if value not in PRECISIONS:
                 raise ValueError(
                     f"Environment variable {name}={raw!r} is not a known precision; "
-                    f"use one of {list(_PRECISIONS)}."
+                    f"use one of {list(PRECISIONS)}."
                 )
             return value
     return None

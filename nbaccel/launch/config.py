@@ -7,6 +7,7 @@ import multiprocessing
 import os
 from typing import Any
 
+from ..enums import PRECISIONS
 from ..environment import cuda_device_count, debug_mode_requested, xla_available
 from .prefix import validate_prefix_template
 
@@ -15,7 +16,6 @@ __all__ = ["DEFAULT_MULTI_NODE_PORT", "LaunchConfig", "positive_seconds"]
 # The port machines agree on when a multi-node launch names none (torchrun's and Accelerate's).
 DEFAULT_MULTI_NODE_PORT = 29500
 
-_PRECISIONS = ("no", "fp16", "bf16", "fp8")
 _START_METHODS = ("auto", "fork", "spawn")
 _RDZV_BACKENDS = ("static", "c10d")
 
@@ -172,7 +172,7 @@ class LaunchConfig:
     def _checked(raw: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         precision = raw.get("mixed_precision") or "no"
-        out["mixed_precision"] = _choice("mixed_precision", precision, _PRECISIONS)
+        out["mixed_precision"] = _choice("mixed_precision", precision, PRECISIONS)
         out["use_port"] = _port("use_port", raw.get("use_port"))
         addr = raw.get("master_addr") or "127.0.0.1"
         if not isinstance(addr, str) or not addr.strip():

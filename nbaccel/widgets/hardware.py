@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..enums import PRECISIONS
 from ..environment import cuda_device_count, hardware_description, tpu_requested
 
 __all__ = ["FP8_GPUS", "Hardware"]
@@ -61,7 +62,7 @@ class Hardware:
         """Mixed-precision modes that ``kind`` supports here."""
         if kind == "gpu":
             fp8 = any(name in self.gpu_model for name in FP8_GPUS)
-            return ("no", "fp16", "bf16", "fp8") if fp8 else ("no", "fp16", "bf16")
+            return PRECISIONS if fp8 else tuple(p for p in PRECISIONS if p != "fp8")
         return ("no", "bf16")
 
     def limit_text(self, kind: str) -> str:
