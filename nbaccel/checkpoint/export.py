@@ -20,38 +20,27 @@ from torch import nn
 from ..modeling import find_tied_parameters, retie_parameters
 from .files import dedupe_shared, load_object, load_tensors, save_object, save_tensors, storage_key
 from .layout import atomic_file, make_dirs
+from .simple import convert_file_size_to_int
 
 __all__ = ["load_checkpoint_in_model", "parse_size", "save_model_files"]
 
-_UNITS = {
-    "": 1,
-    "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KIB": 2**10,
-    "MIB": 2**20,
-    "GIB": 2**30,
-    "TIB": 2**40,
-}
 _INDEX = {True: "model.safetensors.index.json", False: "pytorch_model.bin.index.json"}
 _SINGLE = {True: "model.safetensors", False: "pytorch_model.bin"}
 
 
 def parse_size(size: int | str) -> int:
-    """Bytes in ``size``: an int, or a string such as ``"10GB"`` (10**9) or ``"5GiB"`` (2**30)."""
-    if isinstance(size, int) and not isinstance(size, bool):
-        if size <= 0:
-            raise ValueError(f"max_shard_size={size} must be positive.")
-        return size
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(size))
-    if not match or match.group(2).upper() not in _UNITS or float(match.group(1)) <= 0:
+    """Bytes in ``max_shard_size``: a positive int, or a string such as ``"10GB"`` (10**9) or
+    ``"5GiB"`` (2**30), read by :func:`convert_file_size_to_int`."""
+    try:
+        value = 0 if isinstance(size, bool) else convert_file_size_to_int(size)
+    except (ValueError, TypeError):
+        value = 0
+    if value <= 0:
         raise ValueError(
-            f"max_shard_size={size!r} is not a size; give bytes as an int or a string such as "
-            "'500MB', '10GB' or '2GiB'."
+            f"max_shard_size={size!r} is not a size; give bytes as a positive int or a string "
+            "such as '500MB', '10GB' or '2GiB'."
         )
-    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    return value
 
 
 def _nbytes(tensor: torch.Tensor) -> int:

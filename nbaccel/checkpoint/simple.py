@@ -26,7 +26,18 @@ _NUMPY_GLOBALS = [
     type(np.dtype(np.uint32)),
     codecs.encode,
 ]
-_UNITS = {"GIB": 2**30, "MIB": 2**20, "KIB": 2**10, "GB": 10**9, "MB": 10**6, "KB": 10**3}
+# Checked in this order (a longer unit before the one it ends with; "B" alone last).
+_UNITS = {
+    "TIB": 2**40,
+    "GIB": 2**30,
+    "MIB": 2**20,
+    "KIB": 2**10,
+    "TB": 10**12,
+    "GB": 10**9,
+    "MB": 10**6,
+    "KB": 10**3,
+    "B": 1,
+}
 
 
 def save(
@@ -70,7 +81,8 @@ def load(f: Any, map_location: Any = None, **kwargs: Any) -> Any:
 
 def convert_file_size_to_int(size: int | str) -> int:
     """Bytes in ``size``: an int, or ``"5GB"`` (10**9 units), ``"5GiB"`` (2**30 units); a
-    lower-case ``b`` (``"5Gb"``) means bits."""
+    lower-case ``b`` (``"5Gb"``) means bits. The one size parser of nbaccel (``save_model``'s
+    ``max_shard_size`` too), reading sizes as Accelerate's does."""
     if isinstance(size, int):
         if size < 0:
             raise ValueError(f"`size` {size} is negative; give a number of bytes.")

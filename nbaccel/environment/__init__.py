@@ -32,6 +32,7 @@ from .launch import (
     read_launch_environment,
     user_thread_count,
 )
+from .memory import process_rss
 from .settings import (
     accelerate_config_candidates,
     config_file_override,
@@ -62,6 +63,7 @@ __all__ = [
     "launch_variables",
     "log_level_requested",
     "nbaccel_default_config_path",
+    "process_rss",
     "read_fsdp_launch",
     "read_launch_environment",
     "sanity_fail_rank",

@@ -1,22 +1,12 @@
-"""Per-process memory for the dashboard: RSS through psutil, GPU memory through NVML."""
+"""Per-process GPU memory for the dashboard, through NVML (RSS: ``environment.process_rss``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-import psutil
-
 from ..environment import cuda_device_count
 
-__all__ = ["format_bytes", "gpu_memory", "rss"]
-
-
-def rss(pid: int) -> int | None:
-    """Resident memory of ``pid`` in bytes, or None when it is gone."""
-    try:
-        return int(psutil.Process(pid).memory_info().rss)
-    except (psutil.Error, OSError):
-        return None
+__all__ = ["format_bytes", "gpu_memory"]
 
 
 def gpu_memory(pids: Iterable[int]) -> dict[int, int]:

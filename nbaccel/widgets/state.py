@@ -10,9 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..environment import process_rss
 from ..launch.events import MetricsEvent, ProgressEvent, RankStateEvent, TaskEvent
 from ..launch.parent.errors import LaunchStopped
-from .memory import format_bytes, gpu_memory, rss
+from .memory import format_bytes, gpu_memory
 
 __all__ = ["DashboardState", "RankView"]
 
@@ -194,7 +195,7 @@ class DashboardState:
         """Read every live rank's RSS (and GPU memory where there is a GPU)."""
         with self.lock:
             live = {v.pid: v for v in self.ranks.values() if v.pid and v.state != "finished"}
-        sizes = {pid: rss(pid) for pid in live}
+        sizes = {pid: process_rss(pid) for pid in live}
         gpu = gpu_memory(live)
         with self.lock:
             for pid, view in live.items():

@@ -4,24 +4,13 @@ when the pool broke; and the rows of ``WorkerPool.status()``."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterable
 from typing import Any
 
+from ...environment import process_rss
 from ..states import TaskState
 
-__all__ = ["RankBook", "rss_bytes", "select_ranks"]
-
-
-def rss_bytes(pid: int | None) -> int | None:
-    """Resident memory of a process in bytes (Linux), else None."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/statm", encoding="ascii") as handle:
-            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
+__all__ = ["RankBook", "select_ranks"]
 
 
 @dataclasses.dataclass
@@ -54,7 +43,7 @@ class RankBook:
                 "state": self.rank_state(rank, pool_state),
                 "cell": self.current.get(rank),
                 "last_cell": self.last.get(rank),
-                "rss": rss_bytes(pid) if live else None,
+                "rss": process_rss(pid) if live else None,
                 "device": self.devices.get(rank),
             }
             if pool_state == "broken":
