@@ -13,10 +13,14 @@ __all__ = ["Fate", "PoolState", "RankState", "TaskState"]
 
 
 class _Named(str, Enum):
-    """A state whose text is its value (``f"{state}"`` gives ``"running"``)."""
+    """A state whose text is its value: ``f"{state}"`` gives ``running`` and ``repr`` gives
+    ``'running'``, as the plain strings did (printed events and status rows read the same)."""
 
     def __str__(self) -> str:
         return str(self.value)
+
+    def __repr__(self) -> str:
+        return repr(self.value)
 
 
 class RankState(_Named):

@@ -16,6 +16,7 @@ from ..nodes.meeting import Meeting, meet_machines
 from ..nodes.peers import NodeWatch
 from ..nodes.rendezvous import LOOPBACK, StoreHost
 from ..spec import WorkerMode, WorkerSpec
+from .dashboards import StopFlag
 from .errors import (
     LaunchStopped,
     LaunchTimeoutError,
@@ -71,7 +72,7 @@ class LaunchPlan:
     method: str
     on_event: Callable[[Any], None] | None = None
     line_sink: Callable[[int, str, str], None] | None = None
-    stop_requested: threading.Event | None = None
+    stop_requested: StopFlag | None = None
     on_started: Callable[[dict[int, int]], None] | None = None
     on_wait: Callable[[], None] | None = None
 

@@ -2,21 +2,27 @@
 
 ``notebook_launcher(dashboard=True)`` and ``WorkerPool(dashboard=True)`` call the factory that a
 higher layer registered (``nbaccel`` registers ``nbaccel.widgets``' dashboard), so the launcher
-never imports the widgets layer itself. A dashboard is any object with the four methods of
-:class:`Dashboard`; the hooks of :class:`Board` are optional, and read once, here.
+never imports the widgets layer itself. A dashboard is any object with the four members of
+:class:`Dashboard` (checked with ``hasattr``, so proxies work; ``line_sink`` may be None); the
+hooks that :class:`Board` reads are optional.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast
 
-__all__ = ["Board", "Dashboard", "new_dashboard", "open_dashboard", "register_dashboard_factory"]
+__all__ = [
+    "Board",
+    "Dashboard",
+    "StopFlag",
+    "new_dashboard",
+    "open_dashboard",
+    "register_dashboard_factory",
+]
 
 
-@runtime_checkable
 class Dashboard(Protocol):
     """What every dashboard offers (``docs/widgets.md``)."""
 
@@ -37,37 +43,55 @@ DashboardFactory = Callable[[], Dashboard]
 _FACTORY: list[DashboardFactory] = []  # at most one: the latest registered
 
 
+class StopFlag(Protocol):
+    """What a Stop button sets: a ``threading.Event`` or anything with the same two calls."""
+
+    def is_set(self) -> bool: ...
+
+    def clear(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class Board:
-    """A dashboard with its optional hooks, each None where the dashboard has none.
+    """A dashboard, and the one place that reads its optional hooks (each None where the
+    dashboard has none; read when used, so a hook the dashboard sets later is found).
 
-    Attributes:
-        dashboard: the dashboard itself.
-        stop_requested: set by its Stop button; the launch stops as on an interrupt.
-        set_pids: receives ``{global rank: pid}`` once the ranks started (RSS, GPU memory).
-        on_wait: called between the supervisor's waits (a busy kernel reads the Stop click).
-        set_machines: ``(node_rank, num_nodes, per_machine, fixed)`` of a multi-node launch.
-        release_messages: after a pool call, hands back the kernel messages kept meanwhile.
+    The hooks: ``stop_requested`` (set by its Stop button: the launch stops as on an
+    interrupt), ``set_pids`` (``{global rank: pid}`` once the ranks started: RSS, GPU memory),
+    ``on_wait`` (called between the supervisor's waits: a busy kernel reads the Stop click
+    there), ``set_machines`` (``node_rank, num_nodes, per_machine, fixed`` of a multi-node
+    launch) and ``release_messages`` (after a pool call: the kernel messages kept meanwhile).
     """
 
     dashboard: Dashboard
-    stop_requested: threading.Event | None
-    set_pids: Callable[[dict[int, int]], None] | None
-    on_wait: Callable[[], None] | None
-    set_machines: Callable[[int, int, int, bool], None] | None
-    release_messages: Callable[[], None] | None
 
-    @classmethod
-    def of(cls, dashboard: Dashboard) -> Board:
-        stop = getattr(dashboard, "stop_requested", None)
-        return cls(
-            dashboard,
-            stop if isinstance(stop, threading.Event) else None,
-            getattr(dashboard, "set_pids", None),
-            getattr(dashboard, "on_wait", None),
-            getattr(dashboard, "set_machines", None),
-            getattr(dashboard, "release_messages", None),
-        )
+    def _hook(self, name: str) -> Any:
+        return getattr(self.dashboard, name, None)
+
+    @property
+    def line_sink(self) -> Callable[[int, str, str], None] | None:
+        return cast("Callable[[int, str, str], None] | None", self._hook("line_sink"))
+
+    @property
+    def stop_requested(self) -> StopFlag | None:
+        flag = self._hook("stop_requested")
+        return flag if callable(getattr(flag, "is_set", None)) else None
+
+    @property
+    def set_pids(self) -> Callable[[dict[int, int]], None] | None:
+        return cast("Callable[[dict[int, int]], None] | None", self._hook("set_pids"))
+
+    @property
+    def on_wait(self) -> Callable[[], None] | None:
+        return cast("Callable[[], None] | None", self._hook("on_wait"))
+
+    @property
+    def set_machines(self) -> Callable[[int, int, int, bool], None] | None:
+        return cast("Callable[[int, int, int, bool], None] | None", self._hook("set_machines"))
+
+    @property
+    def release_messages(self) -> Callable[[], None] | None:
+        return cast("Callable[[], None] | None", self._hook("release_messages"))
 
 
 def register_dashboard_factory(factory: DashboardFactory) -> None:
@@ -92,10 +116,10 @@ def open_dashboard(dashboard: bool | Dashboard | None) -> Board | None:
     if dashboard is None or dashboard is False:
         return None
     if dashboard is True:
-        return Board.of(new_dashboard())  # registered from above (nbaccel/__init__.py)
-    if not isinstance(dashboard, Dashboard):
+        return Board(new_dashboard())  # registered from above (nbaccel/__init__.py)
+    if not all(hasattr(dashboard, name) for name in ("begin", "chain", "end", "line_sink")):
         raise TypeError(
             f"dashboard must be True, False, None or a dashboard from nbaccel.widgets (an "
             f"object with begin, chain, line_sink and end), got {type(dashboard).__name__}."
         )
-    return Board.of(dashboard)
+    return Board(dashboard)

@@ -9,7 +9,6 @@ every descriptor closed, also on ``KeyboardInterrupt``.
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from ..events import RankStateEvent
 from ..protocol import Crash, Notice, Reply, WorkerMessage
 from ..spec import WorkerSpec
 from ..states import Fate, RankState
+from .dashboards import StopFlag
 from .errors import LaunchStopped, RankFate
 from .processes import WorkerHandle
 from .supervisor import Supervisor
@@ -62,7 +62,7 @@ class LaunchGroup:
         timeout: float | None = None,
         grace: float = 3.0,
         attempt: int = 0,
-        stop_requested: threading.Event | None = None,
+        stop_requested: StopFlag | None = None,
         on_started: Callable[[dict[int, int]], None] | None = None,
         on_wait: Callable[[], None] | None = None,
     ) -> None:
@@ -79,10 +79,6 @@ class LaunchGroup:
         self.results: dict[int, bytes] = {}
         self._stop_at: float | None = None
         self._killed = False  # the launcher has sent SIGKILL
-
-    def start(self) -> None:
-        """Start every worker."""
-        self.supervisor.start()
 
     def run(self) -> GroupOutcome:
         """Supervise until every worker has exited; always reaps and closes everything."""
@@ -129,7 +125,8 @@ class LaunchGroup:
             if self.on_event is not None:
                 self.on_event(message.event)
         elif isinstance(message, Reply) and message.reply.error is None:
-            self.results[message.rank] = message.reply.value or b""
+            assert message.reply.value is not None  # a reply without an error has a value
+            self.results[message.rank] = message.reply.value
             fate.state = Fate.RETURNED
             self._announce(fate, RankState.RETURNED)
         elif isinstance(message, Reply | Crash):

@@ -164,7 +164,7 @@ def _dispatch(
         config,
         _start_method(config),
         on_event,
-        line_sink=board.dashboard.line_sink if board else None,
+        line_sink=board.line_sink if board else None,
         stop_requested=board.stop_requested if board else None,
         on_started=board.set_pids if board else None,
         on_wait=board.on_wait if board else None,

@@ -145,7 +145,7 @@ class WorkerPool:
     def state(self) -> str:
         """``ready``, ``running``, ``broken`` (call :meth:`restart`) or ``closed``."""
         self._notice_death()
-        return self._state
+        return str(self._state)
 
     def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
         """Call ``function(*args, **kwargs)`` on every rank; returns one result per rank.
@@ -235,7 +235,7 @@ class WorkerPool:
         line_sink = None
         if self._board is not None:
             on_event = self._board.dashboard.chain(on_event)
-            line_sink = self._board.dashboard.line_sink
+            line_sink = self._board.line_sink
         group = PoolGroup(self.config, self.method, self._generation, on_event, line_sink)
         self._holder[:] = [group]
         try:

@@ -6,7 +6,6 @@ import contextlib
 import os
 import signal
 import sys
-import threading
 import time
 import weakref
 from collections.abc import Callable, Collection
@@ -31,6 +30,7 @@ from ..protocol import (
 from ..remote import RemoteException
 from ..spec import WorkerMode
 from ..states import Fate
+from .dashboards import StopFlag
 from .errors import RankFate, build_error
 from .localranks import LocalRanks, worker_env
 from .processes import WorkerHandle
@@ -223,7 +223,7 @@ class PoolGroup:
         ranks: Collection[int],
         grace: float,
         timeout: float | None,
-        stop: threading.Event | None = None,
+        stop: StopFlag | None = None,
         on_wait: Callable[[], None] | None = None,
     ) -> tuple[dict[int, TaskReply], bool]:
         """Wait for every rank's reply to ``task_id``; returns them and whether the call was

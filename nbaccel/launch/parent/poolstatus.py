@@ -26,9 +26,9 @@ class RankBook:
     def rank_state(self, rank: int, pool_state: str) -> str:
         """``idle``/``running`` in a live pool; ``dead``/``stopped`` in a broken one."""
         if pool_state in ("closed", "starting"):
-            return pool_state
+            return str(pool_state)
         if pool_state == "broken":
-            return self.fates.get(rank, "dead")
+            return str(self.fates.get(rank, TaskState.DEAD))
         return "running" if rank in self.current else "idle"
 
     def rows(self, num_processes: int, pool_state: str, problem: str) -> list[dict[str, Any]]:

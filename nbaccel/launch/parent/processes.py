@@ -106,9 +106,8 @@ def _quiet_fork() -> Iterator[None]:
 
 
 def _start_fork(spec: WorkerSpec, read_fd: int, foreign: tuple[int, ...]) -> WorkerHandle:
-    from ..worker.main import (
-        run_worker,  # imported here: the child imports nothing before its redirect
-    )
+    # imported here: the child imports nothing before its redirect
+    from ..worker.main import run_worker
 
     with _quiet_fork():
         pid = os.fork()

@@ -116,7 +116,8 @@ def _collect(replies: list[Reply], failure: BaseException | None) -> list[Any]:
         fate, error = fates[message.rank], message.reply.error
         if error is None:
             fate.state = Fate.RETURNED
-            results[message.rank] = cloudpickle.loads(message.reply.value or b"")
+            assert message.reply.value is not None  # a reply without an error has a value
+            results[message.rank] = cloudpickle.loads(message.reply.value)
         else:
             fate.state, fate.error, fate.when = Fate.RAISED, error, error.when
     table = [fates[i] for i in sorted(fates)]

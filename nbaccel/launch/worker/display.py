@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..events import BarEvent, DisplayEvent, Event
+from .bars import notebook_bars_build
 
 __all__ = ["install_worker_display"]
 
@@ -178,24 +179,6 @@ def _bar_class(send: Send, rank: int) -> type:
     return WorkerBar
 
 
-def _route_notebook_bars(send: Send, rank: int) -> None:
-    """Make ``tqdm.notebook`` (and so ``tqdm.auto`` in a notebook) build :class:`WorkerBar`s.
-
-    ``__new__`` is replaced on the class itself, so references taken before the worker started
-    (``from tqdm.auto import tqdm`` in the kernel) build worker bars too.
-    """
-    try:
-        import tqdm.notebook as notebook
-    except ImportError:  # pragma: no cover - tqdm is a dependency
-        return
-    bar = _bar_class(send, rank)
-
-    def build(cls: type, *args: Any, **kwargs: Any) -> Any:
-        return bar(*args, **kwargs)
-
-    notebook.tqdm_notebook.__new__ = build
-
-
 def install_worker_display(send: Send, rank: int) -> None:
     """Send this worker's rich output and notebook bars to the parent through ``send``.
 
@@ -203,4 +186,4 @@ def install_worker_display(send: Send, rank: int) -> None:
     """
     shell = _worker_shell()
     shell.display_pub = _publisher_class()(send, rank, parent=shell)
-    _route_notebook_bars(send, rank)
+    notebook_bars_build(_bar_class(send, rank), load=True)

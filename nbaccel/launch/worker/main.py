@@ -18,11 +18,12 @@ import torch.distributed as dist
 from ...environment import read_launch_environment
 from ...state.handshake import enter
 from ...state.registry import STATE, reset_registry
-from ..events import RankState, RankStateEvent
+from ..events import RankStateEvent
 from ..guard import check_child_not_bad_fork
 from ..protocol import Crash, Location, Notice, Ready, Reply, WorkerMessage, encode
 from ..remote import capture_exception
 from ..spec import WorkerMode, WorkerSpec
+from ..states import RankState
 from ..tasks import CallTask
 from .bars import text_bars_in_worker
 from .display import install_worker_display
