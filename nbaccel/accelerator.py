@@ -48,6 +48,7 @@ from .state import AcceleratorState, GradientState
 from .state.registry import STATE
 from .strategies import strategy_for
 from .tracking import TrackingMixin, resolve_log_with
+from .unsupported import refuse
 
 __all__ = ["Accelerator"]
 
@@ -97,6 +98,11 @@ class Accelerator(
                 "fp16=True is deprecated; use mixed_precision='fp16'.", FutureWarning, stacklevel=2
             )
             mixed_precision = mixed_precision or "fp16"
+        engines = {
+            "deepspeed_plugin": "DeepSpeed",
+            "megatron_lm_plugin": "Megatron-LM",
+            "torch_tp_plugin": "tensor, context or sequence parallelism",
+        }
         unsupported = {
             "deepspeed_plugin": deepspeed_plugin,
             "megatron_lm_plugin": megatron_lm_plugin,
@@ -104,10 +110,7 @@ class Accelerator(
         }
         for name, value in unsupported.items():
             if value is not None:
-                raise NotImplementedError(
-                    f"Accelerator({name}=...) is not supported by nbaccel yet; several "
-                    "processes train with DDP, or pass fsdp_plugin for sharded training."
-                )
+                refuse(engines[name], f"Accelerator({name}=...)")
         if fsdp_plugin is None and STATE.accelerator is None and launched_with_fsdp():
             fsdp_plugin = FullyShardedDataParallelPlugin()  # the launch's fsdp_config
         check_arguments(

@@ -18,7 +18,7 @@ from .parallelism import ParallelismConfig
 from .profiling import ProfileKwargs
 from .state import AcceleratorState
 from .state.registry import STATE
-from .unsupported import DeepSpeedPlugin
+from .unsupported import refuse
 
 __all__ = ["AcceleratorExtrasMixin"]
 
@@ -136,7 +136,7 @@ class AcceleratorExtrasMixin:
     # -- parallelism ---------------------------------------------------------------------------
     def _setup_parallelism(self, config: Any, deepspeed_plugins: Any) -> None:
         if deepspeed_plugins is not None:
-            DeepSpeedPlugin()  # raises the error that says what to use instead
+            refuse("DeepSpeed", "Accelerator(deepspeed_plugins=...)")
         if config is None:
             return
         if not isinstance(config, ParallelismConfig):
@@ -201,12 +201,12 @@ class AcceleratorExtrasMixin:
     @property
     def context_parallel_rank(self) -> int:
         """Context parallelism is not run: raises ``NotImplementedError``."""
-        raise NotImplementedError("Context parallelism is not supported (nor in Accelerate).")
+        refuse("tensor, context or sequence parallelism", "Accelerator.context_parallel_rank")
 
     @property
     def pipeline_parallel_rank(self) -> int:
         """Pipeline parallelism is not run: raises ``NotImplementedError``."""
-        raise NotImplementedError("Pipeline parallelism is not supported (nor in Accelerate).")
+        refuse("pipeline parallelism", "Accelerator.pipeline_parallel_rank")
 
     @contextlib.contextmanager
     def maybe_context_parallel(

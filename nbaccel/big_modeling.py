@@ -13,6 +13,8 @@ from typing import Any, NoReturn
 
 from torch import nn
 
+from .unsupported import refuse
+
 __all__ = [
     "attach_align_device_hook",
     "cpu_offload",
@@ -26,17 +28,9 @@ __all__ = [
     "remove_hook_from_module",
 ]
 
-_INSTEAD = (
-    "{name}: big-model inference (device maps, CPU/disk offloading) is not part of nbaccel, "
-    "which trains models. Load the model for inference with Transformers' "
-    "from_pretrained(..., device_map='auto') or with Accelerate itself; for training a model "
-    "that does not fit one device, use FSDP (FullyShardedDataParallelPlugin, cpu_offload=True "
-    "to keep parameters on the CPU). See docs/compatibility.md."
-)
-
 
 def _refuse(name: str) -> NoReturn:
-    raise NotImplementedError(_INSTEAD.format(name=name))
+    refuse("big-model inference (device maps, CPU/disk offloading)", name)
 
 
 def infer_auto_device_map(*args: Any, **kwargs: Any) -> NoReturn:

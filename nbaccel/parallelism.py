@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from .environment.patching import parallelism_config_defaults
+from .unsupported import refuse
 
 __all__ = [
     "DeepSpeedSequenceParallelConfig",
@@ -17,11 +18,6 @@ __all__ = [
 ]
 
 _MESH_ORDER = ("dp_replicate", "dp_shard", "cp", "sp", "tp")
-_NOT_RUN = (
-    "nbaccel does not run tensor, context or sequence parallelism ({what}). Train with data "
-    "parallelism (DDP) or shard the model with FSDP: fsdp_plugin=FullyShardedDataParallelPlugin"
-    "(...) and ParallelismConfig(dp_shard_size=<processes>), or leave parallelism_config out."
-)
 
 
 @dataclasses.dataclass
@@ -70,7 +66,7 @@ class TorchTensorParallelPlugin:
     torch_device_mesh: Any = None
 
     def __post_init__(self) -> None:
-        raise NotImplementedError(_NOT_RUN.format(what="TorchTensorParallelPlugin"))
+        refuse("tensor, context or sequence parallelism", "TorchTensorParallelPlugin(...)")
 
 
 def _size(name: str, value: Any, defaults: dict[str, str]) -> int:
@@ -205,7 +201,10 @@ class ParallelismConfig:
         """Raise the clear error when a dimension nbaccel does not run is enabled."""
         refused = [f"{d}_size={self._sizes()[d]}" for d in self.non_dp_dim_names]
         if refused:
-            raise NotImplementedError(_NOT_RUN.format(what=", ".join(refused)))
+            refuse(
+                "tensor, context or sequence parallelism",
+                f"ParallelismConfig({', '.join(refused)})",
+            )
 
     def build_device_mesh(self, device_type: str) -> Any:
         """A ``DeviceMesh`` with the enabled dimensions (canonical order, flattened ``dp``,

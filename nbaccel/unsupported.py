@@ -1,29 +1,62 @@
-"""Accelerate's DeepSpeed and Megatron-LM plugins: the names exist (``isinstance`` checks and
-imports work), constructing one raises an error that says what to use instead."""
+"""What nbaccel does not run, the one error that says so, and what to use instead.
+
+Every refusal (Accelerate's DeepSpeed and Megatron-LM plugins and arguments, tensor, context,
+sequence and pipeline parallelism, big-model inference, fp8 recipes of other engines) goes
+through :func:`refuse`, which names what the user called, the engine, and the replacement from
+the one table :data:`INSTEAD`. The plugin classes exist so that imports and ``isinstance``
+checks of Accelerate code work; constructing one refuses.
+"""
 
 from __future__ import annotations
 
 from typing import Any, NoReturn
 
-__all__ = ["DeepSpeedPlugin", "FP8RecipeKwargs", "MegatronLMPlugin"]
+__all__ = ["INSTEAD", "DeepSpeedPlugin", "FP8RecipeKwargs", "MegatronLMPlugin", "refuse"]
 
-_INSTEAD = (
-    "nbaccel does not run {engine}. For sharded training on one or many machines use FSDP: "
+_FSDP = (
+    "For sharded training on one or many machines use FSDP: "
     "Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(...)) (ZeRO-3 corresponds to "
     "sharding_strategy='FULL_SHARD', ZeRO-2 to 'SHARD_GRAD_OP'; cpu_offload=True offloads), "
-    "or plain data parallelism (DDP) with no plugin. See docs/compatibility.md."
+    "or plain data parallelism (DDP) with no plugin"
 )
+_DATA_PARALLEL = (
+    "Train with data parallelism (DDP) or shard the model with FSDP: "
+    "fsdp_plugin=FullyShardedDataParallelPlugin(...) and "
+    "ParallelismConfig(dp_shard_size=<processes>), or leave parallelism_config out"
+)
+
+# engine -> what to use instead
+INSTEAD: dict[str, str] = {
+    "DeepSpeed": _FSDP,
+    "Megatron-LM": _FSDP,
+    "tensor, context or sequence parallelism": _DATA_PARALLEL,
+    "pipeline parallelism": _DATA_PARALLEL,
+    "big-model inference (device maps, CPU/disk offloading)": (
+        "It trains models: load a model for inference with Transformers' "
+        "from_pretrained(..., device_map='auto') or with Accelerate itself; to train a model "
+        "that does not fit one device, use FSDP (FullyShardedDataParallelPlugin, "
+        "cpu_offload=True keeps parameters on the CPU)"
+    ),
+    "Transformer Engine or MS-AMP fp8 recipes": (
+        'Use Accelerator(mixed_precision="fp8"): nbaccel trains in fp8 with torchao\'s float8 '
+        "linear layers (pip install torchao)"
+    ),
+}
+
+
+def refuse(engine: str, asked: str) -> NoReturn:
+    """Raise ``NotImplementedError`` for ``asked`` (what the user called), which needs
+    ``engine`` (a key of :data:`INSTEAD`); the message says what to use instead."""
+    raise NotImplementedError(
+        f"{asked}: nbaccel does not run {engine}. {INSTEAD[engine]}. See docs/compatibility.md."
+    )
 
 
 class _Refused:
     engine = ""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        _refuse(self.engine)
-
-
-def _refuse(engine: str) -> NoReturn:
-    raise NotImplementedError(_INSTEAD.format(engine=engine))
+        refuse(self.engine, f"{type(self).__name__}(...)")
 
 
 class DeepSpeedPlugin(_Refused):
@@ -40,13 +73,8 @@ class MegatronLMPlugin(_Refused):
     engine = "Megatron-LM"
 
 
-class FP8RecipeKwargs:
+class FP8RecipeKwargs(_Refused):
     """Accelerate's fp8 recipe for Transformer Engine / MS-AMP. nbaccel runs neither:
     constructing it raises ``NotImplementedError`` pointing to ``mixed_precision="fp8"``."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError(
-            "FP8RecipeKwargs configures Transformer Engine or MS-AMP fp8 recipes, which nbaccel "
-            'does not run. Use Accelerator(mixed_precision="fp8"): nbaccel trains in fp8 with '
-            "torchao's float8 linear layers (pip install torchao). See docs/compatibility.md."
-        )
+    engine = "Transformer Engine or MS-AMP fp8 recipes"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from ..enums import PrecisionType
+from ..unsupported import refuse
 from .parallel_view import ParallelismStateMixin
 from .partial import PartialState, ProcessView, process_items
 from .registry import STATE, AcceleratorRecord, ProcessRecord, current_process, reset_registry
@@ -12,14 +13,12 @@ from .shared import SharedState, StateResetError
 
 __all__ = ["AcceleratorState"]
 
-_LATER = (
-    "{what} is not supported by nbaccel yet. For sharded training pass "
-    "fsdp_plugin=FullyShardedDataParallelPlugin(...) instead."
-)
-
-
-def _refuse(what: str) -> NoReturn:
-    raise NotImplementedError(_LATER.format(what=what))
+# Accelerate's plugin arguments that nbaccel refuses, and the engine each needs.
+_ENGINES = {
+    "deepspeed_plugin": "DeepSpeed",
+    "megatron_lm_plugin": "Megatron-LM",
+    "torch_tp_plugin": "tensor, context or sequence parallelism",
+}
 
 
 def _accelerator_items() -> dict[str, Any]:
@@ -57,11 +56,11 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
             ``"no"``.
         cpu: run on the CPU even when an accelerator is present.
         dynamo_plugin: a :class:`TorchDynamoPlugin` for ``torch.compile``.
-        deepspeed_plugin: not supported yet (a clear error).
+        deepspeed_plugin: refused (the error says what to use instead).
         fsdp_plugin: a ``FullyShardedDataParallelPlugin``; the job then reports
             ``DistributedType.FSDP``.
-        torch_tp_plugin: not supported yet (a clear error).
-        megatron_lm_plugin: not supported yet (a clear error).
+        torch_tp_plugin: refused (the error says what to use instead).
+        megatron_lm_plugin: refused (the error says what to use instead).
         **kwargs: passed to ``torch.distributed.init_process_group``.
     """
 
@@ -83,7 +82,7 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
             ("megatron_lm_plugin", megatron_lm_plugin),
         ):
             if value is not None:
-                _refuse(f"AcceleratorState({name}=...)")
+                refuse(_ENGINES[name], f"AcceleratorState({name}=...)")
         precision = None
         if mixed_precision is not None:
             precision = str(PrecisionType.parse(mixed_precision, "mixed_precision"))
@@ -156,26 +155,26 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
 
     @property
     def deepspeed_plugin(self) -> None:
-        """Always None: DeepSpeed is not supported yet."""
+        """Always None: nbaccel does not run DeepSpeed."""
         return None
 
     @property
     def megatron_lm_plugin(self) -> None:
-        """Always None: Megatron-LM is not supported yet."""
+        """Always None: nbaccel does not run Megatron-LM."""
         return None
 
     @property
     def torch_tp_plugin(self) -> None:
-        """Always None: tensor parallelism is not supported yet."""
+        """Always None: nbaccel does not run tensor parallelism."""
         return None
 
     def get_deepspeed_plugin(self, name: str) -> NoReturn:
-        """Not supported yet: raises ``NotImplementedError``."""
-        _refuse(f"get_deepspeed_plugin({name!r})")
+        """Refused: raises ``NotImplementedError`` saying what to use instead."""
+        refuse("DeepSpeed", f"get_deepspeed_plugin({name!r})")
 
     def select_deepspeed_plugin(self, name: str | None = None) -> NoReturn:
-        """Not supported yet: raises ``NotImplementedError``."""
-        _refuse(f"select_deepspeed_plugin({name!r})")
+        """Refused: raises ``NotImplementedError`` saying what to use instead."""
+        refuse("DeepSpeed", f"select_deepspeed_plugin({name!r})")
 
     _shared_state = SharedState("AcceleratorState", _accelerator_items, _reset_accelerator_state)
 

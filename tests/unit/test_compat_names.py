@@ -14,7 +14,7 @@ from torch import nn
 
 import nbaccel
 import nbaccel.utils
-from nbaccel import Accelerator
+from nbaccel import Accelerator, AcceleratorState
 from nbaccel.big_modeling import has_offloaded_params, remove_hook_from_module
 from nbaccel.tracking import AimTracker, GeneralTracker, TrackioTracker, register_tracker_class
 from nbaccel.tracking.registry import _SPECS, LOGGER_TYPE_TO_CLASS
@@ -90,7 +90,9 @@ def test_trackers_not_shipped_say_what_to_do(cls: Any) -> None:
 )
 def test_big_model_inference_names_import_and_refuse_clearly(name: str) -> None:
     function = getattr(nbaccel, name)
-    with pytest.raises(NotImplementedError, match=rf"{name}: big-model inference.*device_map"):
+    with pytest.raises(
+        NotImplementedError, match=rf"{name}: nbaccel does not run big-model inference.*device_map"
+    ):
         function(nn.Linear(2, 2))
 
 
@@ -134,3 +136,41 @@ def test_hook_helpers_read_and_undo_an_attached_hook() -> None:
         nn.functional.linear(x, first.weight, first.bias), second.weight, second.bias
     )
     assert torch.equal(model(x), expected)  # the original forwards are back
+
+
+def _refusals() -> list[tuple[str, Any]]:
+    from nbaccel.parallelism import ParallelismConfig, TorchTensorParallelPlugin
+    from nbaccel.unsupported import DeepSpeedPlugin, MegatronLMPlugin
+
+    return [
+        ("DeepSpeedPlugin(...)", lambda: DeepSpeedPlugin(zero_stage=3)),
+        ("MegatronLMPlugin(...)", lambda: MegatronLMPlugin()),
+        ("TorchTensorParallelPlugin(...)", lambda: TorchTensorParallelPlugin()),
+        ("Accelerator(deepspeed_plugin=...)", lambda: Accelerator(deepspeed_plugin=object())),
+        ("Accelerator(deepspeed_plugins=...)", lambda: Accelerator(deepspeed_plugins={})),
+        (
+            "AcceleratorState(megatron_lm_plugin=...)",
+            lambda: AcceleratorState(megatron_lm_plugin=1),
+        ),
+        (
+            "ParallelismConfig(tp_size=2)",
+            lambda: Accelerator(parallelism_config=ParallelismConfig(tp_size=2)),
+        ),
+        ("dispatch_model", lambda: nbaccel.dispatch_model(nn.Linear(2, 2))),
+        ("FP8RecipeKwargs(...)", lambda: nbaccel.utils.FP8RecipeKwargs()),
+    ]
+
+
+@pytest.mark.parametrize("index", range(9))
+def test_every_refusal_has_one_wording_and_says_what_to_use_instead(index: int) -> None:
+    """One mechanism for what nbaccel does not run: the call, the engine, what instead."""
+    asked, call = _refusals()[index]
+    try:
+        with pytest.raises(NotImplementedError) as refused:
+            call()
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+    message = str(refused.value)
+    assert message.startswith(f"{asked}: nbaccel does not run "), message
+    assert message.endswith("See docs/compatibility.md."), message
+    assert "FullyShardedDataParallelPlugin" in message or 'mixed_precision="fp8"' in message
