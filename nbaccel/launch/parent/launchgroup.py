@@ -20,8 +20,7 @@ from ..spec import WorkerSpec
 from ..states import Fate, RankState
 from .dashboards import StopFlag
 from .errors import LaunchStopped, RankFate
-from .processes import WorkerHandle
-from .supervisor import Supervisor
+from .supervisor import Supervisor, WorkerLink
 
 __all__ = ["GroupOutcome", "LaunchGroup"]
 
@@ -139,7 +138,7 @@ class LaunchGroup:
         if self.on_event is not None:
             self.on_event(RankStateEvent(rank=fate.rank, state=state, restart_count=self.attempt))
 
-    def _settle(self, handle: WorkerHandle) -> None:
+    def _settle(self, handle: WorkerLink) -> None:
         fate = self.fates[handle.spec.rank]
         fate.exit_code = handle.exit_code
         if fate.state not in (Fate.RUNNING, Fate.TIMED_OUT):

@@ -33,8 +33,7 @@ from ..states import Fate
 from .dashboards import StopFlag
 from .errors import RankFate, build_error
 from .localranks import LocalRanks, worker_env
-from .processes import WorkerHandle
-from .supervisor import Supervisor
+from .supervisor import Supervisor, WorkerLink
 
 __all__ = ["PoolGroup", "RankDied", "RanksStuck", "close_groups_quietly", "weak_forward"]
 
@@ -153,7 +152,7 @@ class PoolGroup:
                 )
 
     @property
-    def handles(self) -> list[WorkerHandle]:
+    def handles(self) -> list[WorkerLink]:
         """The workers' handles, by rank."""
         return self.supervisor.handles if self.supervisor is not None else []
 

@@ -20,7 +20,7 @@ from multiprocessing.connection import Connection
 from ..spec import WorkerMode, WorkerSpec
 from ..worker.redirect import redirect_child_output
 
-__all__ = ["WorkerHandle", "kill_and_reap", "start_worker"]
+__all__ = ["WorkerHandle", "start_worker"]
 
 _SPAWN_BOOTSTRAP = (
     "import sys; data = sys.stdin.buffer.read(); sys.stdin.close(); "
@@ -62,6 +62,17 @@ class WorkerHandle:
         if self.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL the process if it still runs, and wait until it is gone."""
+        self.send_signal(signal.SIGKILL)
+        if self.exit_code is None:
+            with contextlib.suppress(ChildProcessError):
+                if self.popen is not None:
+                    self.exit_code = self.popen.wait()
+                else:
+                    _, status = os.waitpid(self.pid, 0)
+                    self.exit_code = os.waitstatus_to_exitcode(status)
 
     def close(self) -> None:
         """Close the launcher's descriptors for this worker."""
@@ -171,16 +182,3 @@ def start_worker(spec: WorkerSpec, foreign: tuple[int, ...] = ()) -> WorkerHandl
         raise
     finally:
         os.close(write_fd)
-
-
-def kill_and_reap(handles: list[WorkerHandle]) -> None:
-    """SIGKILL every worker still running and wait for each to be gone."""
-    for handle in handles:
-        handle.send_signal(signal.SIGKILL)
-        if handle.exit_code is None:
-            with contextlib.suppress(ChildProcessError):
-                if handle.popen is not None:
-                    handle.exit_code = handle.popen.wait()
-                else:
-                    _, status = os.waitpid(handle.pid, 0)
-                    handle.exit_code = os.waitstatus_to_exitcode(status)

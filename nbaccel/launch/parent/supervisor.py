@@ -16,13 +16,43 @@ import signal
 import time
 from collections.abc import Callable, Collection
 from multiprocessing.connection import wait
-from typing import Any
+from typing import Any, Protocol
 
 from ..protocol import WorkerMessage, decode
 from ..spec import WorkerSpec
-from .processes import WorkerHandle, kill_and_reap, start_worker
+from .processes import start_worker
 
-__all__ = ["Supervisor"]
+__all__ = ["Supervisor", "WorkerLink"]
+
+
+class WorkerLink(Protocol):
+    """One worker as the supervisor sees it: the seam where a worker that is not a local child
+    process plugs in (``docs/architecture.md``, "Where a remote host plugs in").
+
+    ``processes.WorkerHandle`` is the local one: a forked or spawned child, its message pipe
+    and its pidfd. A remote host's agent would give each of its ranks a link whose ``conn``
+    delivers that rank's encoded messages and whose ``sentinel`` becomes readable when the
+    rank ends.
+    """
+
+    spec: WorkerSpec
+    pid: int
+    conn: Any  # recv_bytes(), poll(timeout), fileno() and close(), as a Connection has
+    conn_open: bool
+    sentinel: int  # a descriptor readable once the worker has ended, or -1 (then: poll)
+    exit_code: int | None
+
+    def poll(self) -> int | None:
+        """The exit code once the worker has ended (negative: the signal), else None."""
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the worker if it still runs."""
+
+    def kill(self) -> None:
+        """Kill the worker if it still runs, and wait until it is gone."""
+
+    def close(self) -> None:
+        """Release what the launcher holds for this worker."""
 
 
 class Supervisor:
@@ -47,7 +77,7 @@ class Supervisor:
         self.on_message = on_message
         self.keep_out = keep_out
         self.on_started = on_started
-        self.handles: list[WorkerHandle] = []
+        self.handles: list[WorkerLink] = []
 
     def start(self) -> None:
         """Start every worker (a forked one keeps none of the others' descriptors)."""
@@ -81,7 +111,7 @@ class Supervisor:
                     handle.poll()
                     break
 
-    def receive(self, handle: WorkerHandle) -> None:
+    def receive(self, handle: WorkerLink) -> None:
         """Read one message of ``handle``'s (or note that its pipe closed)."""
         try:
             data = handle.conn.recv_bytes()
@@ -93,12 +123,12 @@ class Supervisor:
             return
         self.on_message(decode(data))
 
-    def drain(self, handle: WorkerHandle) -> None:
+    def drain(self, handle: WorkerLink) -> None:
         """Hand on what ``handle``'s pipe still holds (a dead worker's last words)."""
         while handle.conn_open and handle.conn.poll(0):
             self.receive(handle)
 
-    def finished(self, handle: WorkerHandle) -> bool:
+    def finished(self, handle: WorkerLink) -> bool:
         """The worker has exited and its pipe is read to the end."""
         return handle.exit_code is not None and not handle.conn_open
 
@@ -125,7 +155,8 @@ class Supervisor:
                 else:
                     time.sleep(0.02)
         finally:  # even when a second interrupt cuts the grace period short
-            kill_and_reap(self.handles)
+            for handle in self.handles:
+                handle.kill()
 
     def release(self) -> None:
         """Close the launcher's descriptors of every worker."""
