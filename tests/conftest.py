@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import site
 import socket
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -87,3 +91,43 @@ def clean_environ(**extra: str) -> dict[str, str]:
 def subprocess_environ() -> Callable[..., dict[str, str]]:
     """A function building a child-process environment free of launch variables."""
     return clean_environ
+
+
+def _site_dirs() -> list[str]:
+    """Where this interpreter finds installed packages, in its own order, whatever made it
+    (the system's Python, a virtual environment, conda)."""
+    known = {*site.getsitepackages()}
+    if site.ENABLE_USER_SITE:
+        known.add(site.getusersitepackages())
+    return [entry for entry in sys.path if entry in known and os.path.isdir(entry)]
+
+
+@pytest.fixture(scope="session")
+def venv_seeing_these_packages() -> Callable[[Path], Path]:
+    """Make a fresh virtual environment at a path that sees this interpreter's packages; the
+    venv's python is returned.
+
+    It sees them through a ``.pth`` file that adds this interpreter's site directories, so it
+    works the same whether the tests run with the system's Python, inside a virtual
+    environment (as CI runs them) or in conda: ``venv --system-site-packages`` would see the
+    base interpreter's packages instead of the running venv's. The venv's own old setuptools
+    is removed so that the installed one (which torch's metadata asks for) is seen.
+    """
+
+    def make(path: Path) -> Path:
+        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+        python = path / "bin" / "python"
+        purelib = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        lines = [f"import site; site.addsitedir({entry!r})\n" for entry in _site_dirs()]
+        Path(purelib, "_outer_environment.pth").write_text("".join(lines), encoding="utf-8")
+        subprocess.run(
+            [str(python), "-m", "pip", "uninstall", "-q", "-y", "setuptools"], check=True
+        )
+        return python
+
+    return make

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import site
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,15 +30,6 @@ def ci_commands() -> list[str]:
     """The command lines of .ci/run, in order (comments and blank lines left out)."""
     lines = (ROOT / ".ci" / "run").read_text().splitlines()
     return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
-
-
-def _site_dirs() -> list[str]:
-    """Where this interpreter finds installed packages, in its own order, whatever made it
-    (the system's Python, a virtual environment, conda)."""
-    known = {*site.getsitepackages()}
-    if site.ENABLE_USER_SITE:
-        known.add(site.getusersitepackages())
-    return [entry for entry in sys.path if entry in known and os.path.isdir(entry)]
 
 
 # import name -> distribution name: what the README's commands install and use
@@ -76,29 +67,16 @@ def _locations(python: str | Path, env: dict[str, str] | None = None) -> dict[st
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """A fresh virtual environment that sees this interpreter's packages, and its environment.
-
-    It sees them through a ``.pth`` file that adds this interpreter's site directories (so it
-    is the same whether the tests run with the system's Python, inside a virtual environment
-    or in a conda environment: ``venv --system-site-packages`` would see the base
-    interpreter's packages instead, not the virtual environment's). pip runs offline
+def venv(
+    tmp_path_factory: pytest.TempPathFactory, venv_seeing_these_packages: Callable[[Path], Path]
+) -> dict[str, str]:
+    """A fresh virtual environment that sees this interpreter's packages, and its environment
+    (``venv_seeing_these_packages`` in tests/conftest.py says how). pip runs offline
     (``PIP_NO_INDEX``) and without build isolation, so the README's install commands resolve
-    from what is installed here; the venv's own old setuptools is removed so that the
-    installed one (which torch's metadata asks for) is seen.
+    from what is installed here.
     """
     path = tmp_path_factory.mktemp("readme") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-    python = path / "bin" / "python"
-    purelib = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    lines = [f"import site; site.addsitedir({entry!r})\n" for entry in _site_dirs()]
-    Path(purelib, "_outer_environment.pth").write_text("".join(lines), encoding="utf-8")
-    subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "setuptools"], check=True)
+    venv_seeing_these_packages(path)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NBACCEL_", "PYTEST_"))}
     env.update(
         PATH=f"{path / 'bin'}{os.pathsep}{env.get('PATH', '')}",
