@@ -19,7 +19,7 @@ from .kwargs_handlers import (
 )
 from .plugins import GradientAccumulationPlugin, ProjectConfiguration, TorchDynamoPlugin
 from .profiling import ProfileKwargs
-from .validation import check_bool, check_instance, check_path
+from .validation import check_bool, check_instance, check_path, is_int
 
 __all__ = [
     "UNSET",
@@ -94,7 +94,7 @@ def accumulation_plugin(
         return plugin
     if steps == 1 and not isinstance(steps, bool):  # not given: the config file's, if it says
         steps = configured_accumulation_steps() or 1
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+    if not is_int(steps) or steps < 1:
         raise ValueError(
             f"gradient_accumulation_steps={steps!r} is not allowed; it must be an int >= 1."
         )

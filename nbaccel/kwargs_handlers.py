@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from .enums import DDPCommunicationHookType
-from .validation import check_bool, check_number
+from .validation import check_bool, check_number, is_number
 
 __all__ = [
     "AutocastKwargs",
@@ -69,9 +69,7 @@ class InitProcessGroupKwargs(KwargsHandler):
         if self.init_method is not None and not isinstance(self.init_method, str):
             raise TypeError("InitProcessGroupKwargs(init_method=...) must be a URL string.")
         if self.timeout is not None:
-            if isinstance(self.timeout, bool) or not isinstance(
-                self.timeout, (timedelta, int, float)
-            ):
+            if not (is_number(self.timeout) or isinstance(self.timeout, timedelta)):
                 raise TypeError(
                     "InitProcessGroupKwargs(timeout=...) must be a datetime.timedelta or a "
                     f"number of seconds, got {type(self.timeout).__name__}."

@@ -8,6 +8,7 @@ from typing import Any
 
 from .environment.patching import parallelism_config_defaults
 from .unsupported import refuse
+from .validation import is_int
 
 __all__ = [
     "DeepSpeedSequenceParallelConfig",
@@ -78,7 +79,7 @@ def _size(name: str, value: Any, defaults: dict[str, str]) -> int:
             raise ValueError(
                 f"PARALLELISM_CONFIG_{name.upper()}={raw!r} is not an integer."
             ) from None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value) or value < 1:
         raise ValueError(f"ParallelismConfig({name}={value!r}): must be an int of at least 1.")
     return value
 

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from .enums import DynamoBackend
-from .validation import check_bool, check_path
+from .validation import check_bool, check_path, is_int
 
 __all__ = [
     "GradientAccumulationPlugin",
@@ -33,7 +33,7 @@ class GradientAccumulationPlugin:
     sync_each_batch: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_steps, bool) or not isinstance(self.num_steps, int):
+        if not is_int(self.num_steps):
             raise TypeError(
                 "GradientAccumulationPlugin(num_steps=...) must be an int, "
                 f"got {type(self.num_steps).__name__}."
@@ -159,15 +159,13 @@ class ProjectConfiguration:
         check_bool("ProjectConfiguration(save_on_each_node)", self.save_on_each_node)
         if self.logging_dir is None:
             self.logging_dir = self.project_dir
-        if self.total_limit is not None and (
-            isinstance(self.total_limit, bool) or not isinstance(self.total_limit, int)
-        ):
+        if self.total_limit is not None and (not is_int(self.total_limit)):
             raise TypeError("ProjectConfiguration(total_limit=...) must be an int or None.")
         if self.total_limit is not None and self.total_limit < 1:
             raise ValueError(
                 f"ProjectConfiguration(total_limit={self.total_limit}) must be at least 1."
             )
-        if isinstance(self.iteration, bool) or not isinstance(self.iteration, int):
+        if not is_int(self.iteration):
             raise TypeError("ProjectConfiguration(iteration=...) must be an int.")
         if self.iteration < 0:
             raise ValueError(f"ProjectConfiguration(iteration={self.iteration}) must be >= 0.")

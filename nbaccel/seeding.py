@@ -8,6 +8,7 @@ import sys
 import torch
 
 from .state import PartialState
+from .validation import is_int
 
 __all__ = ["set_seed"]
 
@@ -20,7 +21,7 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
         device_specific: add the process index to the seed, so each process draws differently.
         deterministic: also ask torch for deterministic algorithms.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if not is_int(seed):
         raise TypeError(f"set_seed(seed=...) must be an int, got {type(seed).__name__}.")
     if seed < 0:
         raise ValueError(f"set_seed(seed={seed}) must be non-negative.")

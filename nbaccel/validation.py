@@ -6,7 +6,18 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["check_bool", "check_instance", "check_number", "check_path"]
+__all__ = ["check_bool", "check_instance", "check_number", "check_path", "is_int", "is_number"]
+
+
+def is_int(value: Any) -> bool:
+    """A plain int: the one rule for counts, sizes, ranks and seeds. Python's bools are ints,
+    but ``True`` passed as a count is a mistake, so it is refused everywhere."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """An int or a float, not a bool (the same rule for seconds, scales and factors)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def check_bool(name: str, value: Any, allow_none: bool = False) -> None:
@@ -26,7 +37,7 @@ def check_instance(name: str, value: Any, kind: type | tuple[type, ...], what: s
 
 def check_number(name: str, value: Any) -> float:
     """Raise ``TypeError`` unless ``value`` is an int or a float (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r}).")
     return float(value)
 

@@ -29,6 +29,7 @@ from ..environment import fsdp_launch_variables, gloo_socket_interface, user_thr
 from ..launch.nodes.meeting import gloo_interface
 from ..launch.nodes.netif import route_to
 from ..launch.parent.variables import temporary_environment
+from ..validation import is_int
 from .config import add_field_flags, field_values
 
 __all__ = ["add_launch_options", "add_parser", "execute", "run", "run_entry", "script_command"]
@@ -146,7 +147,7 @@ def run_entry(argv: list[str]) -> int:
     sys.path.insert(0, str(Path(script).resolve().parent))
     namespace = runpy.run_path(script, run_name="__nbaccel_script__")
     result = namespace[function]()
-    return result if isinstance(result, int) and not isinstance(result, bool) else 0
+    return result if is_int(result) else 0
 
 
 # -- execution -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..validation import is_int
 from .values import ValueProblem, as_bool, as_choice, as_int, as_str
 
 __all__ = [
@@ -36,7 +37,7 @@ STATE_DICT_TYPES = ("FULL_STATE_DICT", "LOCAL_STATE_DICT", "SHARDED_STATE_DICT")
 
 def _strategy(value: Any) -> str:
     """A sharding strategy by name or by the number ``accelerate config`` offers (1-5)."""
-    if isinstance(value, int) and not isinstance(value, bool):
+    if is_int(value):
         if 1 <= value <= len(SHARDING_STRATEGIES):
             return SHARDING_STRATEGIES[value - 1]
         raise ValueProblem(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..validation import is_int
 from .values import ValueProblem
 
 __all__ = ["DEFAULT_DISPLAY_RANKS", "display_ranks_text", "parse_display_ranks"]
@@ -28,13 +29,13 @@ def parse_display_ranks(value: Any) -> tuple[int, ...] | None:
         if not parts or not all(part.isdigit() for part in parts):
             raise ValueProblem(f"has the value {value!r}; {_HELP}")
         value = [int(part) for part in parts]
-    if isinstance(value, int) and not isinstance(value, bool):
+    if is_int(value):
         value = [value]
     if not isinstance(value, (list, tuple)) or not value:
         raise ValueProblem(f"has the value {value!r}; {_HELP}")
     ranks = []
     for rank in value:
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        if not is_int(rank) or rank < 0:
             raise ValueProblem(f"has the value {value!r}; ranks are ints >= 0 ({_HELP})")
         ranks.append(rank)
     return tuple(sorted(set(ranks)))

@@ -6,6 +6,8 @@ import difflib
 from collections.abc import Iterable
 from typing import Any
 
+from ..validation import is_int
+
 __all__ = [
     "ConfigError",
     "ValueProblem",
@@ -83,7 +85,7 @@ def as_int(value: Any, minimum: int | None = None, maximum: int | None = None) -
     """An integer within the bounds (a string of digits is accepted)."""
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         value = int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise ValueProblem(f"has the value {value!r}, which is not an integer")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"

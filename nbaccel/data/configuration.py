@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..validation import is_int
+
 __all__ = ["DataLoaderConfiguration"]
 
 
@@ -58,7 +60,7 @@ class DataLoaderConfiguration:
             _check_bool("dispatch_batches", self.dispatch_batches)
         seed = self.data_seed
         if seed is not None:
-            if isinstance(seed, bool) or not isinstance(seed, int):
+            if not is_int(seed):
                 raise TypeError(
                     "DataLoaderConfiguration(data_seed=...) must be an int or None, "
                     f"got {type(seed).__name__} ({seed!r})."

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..state import GradientState
+from ..validation import is_int
 from .batches import send_to_device
 from .rng import synchronize_rng_states
 from .samplers import BatchSamplerShard, SkipBatchSampler
@@ -149,7 +150,7 @@ class PreparedLoaderMixin:
     def set_epoch(self, epoch: int) -> None:
         """Use the shuffle order of ``epoch`` on the next pass (every pass advances it); a
         sampler or batch sampler with its own ``set_epoch`` hears of it at once."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        if not is_int(epoch) or epoch < 0:
             raise ValueError(f"set_epoch(epoch=...) must be a non-negative int, got {epoch!r}.")
         self._position.epoch = epoch
         for reseed in self._reseeders:

@@ -14,6 +14,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 
 from ..enums import RNGType
 from ..state import PartialState
+from ..validation import is_int
 from .configuration import DataLoaderConfiguration
 from .dispatch import DataLoaderDispatcher
 from .loaders import (
@@ -204,9 +205,9 @@ def _job(num_processes: int | None, process_index: int | None) -> tuple[int, int
         state = PartialState()
         num_processes = state.num_processes if num_processes is None else num_processes
         process_index = state.process_index if process_index is None else process_index
-    if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
+    if not is_int(num_processes) or num_processes < 1:
         raise ValueError(f"num_processes must be a positive int, got {num_processes!r}.")
-    if isinstance(process_index, bool) or not isinstance(process_index, int):
+    if not is_int(process_index):
         raise TypeError(f"process_index must be an int, got {process_index!r}.")
     if not 0 <= process_index < num_processes:
         raise ValueError(

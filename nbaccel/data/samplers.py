@@ -10,6 +10,8 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, RandomSampler
 
+from ..validation import is_int
+
 __all__ = ["BatchSamplerShard", "SeedableRandomSampler", "SkipBatchSampler"]
 
 
@@ -90,7 +92,7 @@ class BatchSamplerShard(BatchSampler):
         split_batches: bool = False,
         even_batches: bool = True,
     ) -> None:
-        if isinstance(num_processes, bool) or not isinstance(num_processes, int):
+        if not is_int(num_processes):
             raise TypeError(f"num_processes must be an int, got {num_processes!r}.")
         if num_processes < 1:
             raise ValueError(f"num_processes={num_processes} must be at least 1.")
@@ -220,7 +222,7 @@ class SkipBatchSampler(BatchSampler):
     """
 
     def __init__(self, batch_sampler: Iterable[list[int]], skip_batches: int = 0) -> None:
-        if isinstance(skip_batches, bool) or not isinstance(skip_batches, int):
+        if not is_int(skip_batches):
             raise TypeError(f"skip_batches must be an int, got {skip_batches!r}.")
         if skip_batches < 0:
             raise ValueError(f"skip_batches={skip_batches} must not be negative.")

@@ -8,6 +8,8 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
+from ..validation import is_int
+
 __all__ = ["IterableDatasetShard"]
 
 
@@ -37,7 +39,7 @@ class IterableDatasetShard(IterableDataset):
         process_index: int = 0,
         split_batches: bool = False,
     ) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        if not is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
         if not isinstance(num_processes, int) or num_processes < 1:
             raise ValueError(f"num_processes must be a positive int, got {num_processes!r}.")

@@ -8,6 +8,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from ..validation import is_int
 from .loaders import PreparedLoaderMixin
 from .prepare import loader_kwargs
 from .samplers import SkipBatchSampler
@@ -58,7 +59,7 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
     Returns:
         The skipping loader.
     """
-    if isinstance(num_batches, bool) or not isinstance(num_batches, int):
+    if not is_int(num_batches):
         raise TypeError(f"skip_first_batches(num_batches=...) must be an int, got {num_batches!r}.")
     if num_batches < 0:
         raise ValueError(f"skip_first_batches(num_batches={num_batches}) must not be negative.")

@@ -22,6 +22,8 @@ from torch.distributed.fsdp import (
     StateDictType,
 )
 
+from ..validation import is_int
+
 __all__ = [
     "RESHARD_FOR_STRATEGY",
     "SHARDING_NAMES",
@@ -70,7 +72,7 @@ def parse_sharding_strategy(value: Any, argument: str = "sharding_strategy") -> 
         return value
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
-    if isinstance(value, int) and not isinstance(value, bool):
+    if is_int(value):
         if 1 <= value <= len(SHARDING_NAMES):
             value = SHARDING_NAMES[value - 1]
         else:

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.distributed.fsdp import MixedPrecision, MixedPrecisionPolicy, ShardingStrategy
 
+from ..validation import is_int
 from . import options
 from .policies import (
     DEFAULT_MIN_NUM_PARAMS,
@@ -94,9 +95,7 @@ class FullyShardedDataParallelPlugin:
                 raise ValueError(f"ignored_modules={self.ignored_modules!r}: {exc}.") from None
         self.set_state_dict_type()
         if self.fsdp_group_size is not None and (
-            isinstance(self.fsdp_group_size, bool)
-            or not isinstance(self.fsdp_group_size, int)
-            or self.fsdp_group_size < 1
+            not is_int(self.fsdp_group_size) or self.fsdp_group_size < 1
         ):
             raise ValueError(f"fsdp_group_size={self.fsdp_group_size!r} must be an int >= 1.")
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..enums import PRECISIONS
 from ..environment import cuda_device_count, debug_mode_requested, xla_available
+from ..validation import is_int, is_number
 from .prefix import validate_prefix_template
 
 __all__ = ["DEFAULT_MULTI_NODE_PORT", "LaunchConfig", "positive_seconds"]
@@ -21,7 +22,7 @@ _RDZV_BACKENDS = ("static", "c10d")
 
 
 def _int(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r}).")
     if value < minimum or (maximum is not None and value > maximum):
         bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
@@ -34,7 +35,7 @@ def positive_seconds(name: str, value: Any, allow_none: bool = False) -> float |
     ``allow_none``; the error names ``name`` and what it accepts."""
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         allowed = "a positive number of seconds" + (" or None" if allow_none else "")
         raise TypeError(f"{name} must be {allowed}, got {type(value).__name__} ({value!r}).")
     if value <= 0:

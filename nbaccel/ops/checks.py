@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..validation import is_int
 from .exchange import Context, Layout, exchange_layouts, flatten_tensors
 from .nested import recursively_apply
 
@@ -158,7 +159,7 @@ def rebuild(data: Any, results: list[Any]) -> Any:
 
 def check_process(op: str, value: Any, ctx: Context) -> int:
     """``value`` as a process index for ``op``'s ``from_process``; TypeError / ValueError if bad."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise TypeError(
             f"{op}(from_process=...) must be an int, got {type(value).__name__} ({value!r})."
         )

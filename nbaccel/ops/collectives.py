@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from ..state.handshake import MAX_PAYLOAD_BYTES, all_gather_into, payload_capacity
+from ..validation import is_int, is_number
 from .checks import (
     agree,
     agree_packed,
@@ -218,9 +219,9 @@ def pad_across_processes(
         TypeError: a bad argument, or a leaf that is not a tensor.
         ValueError: the structure or a tensor's number of dimensions differs between processes.
     """
-    if isinstance(dim, bool) or not isinstance(dim, int):
+    if not is_int(dim):
         raise TypeError(f"pad_across_processes(dim=...) must be an int, got {dim!r}.")
-    if isinstance(pad_index, bool) or not isinstance(pad_index, (int, float)):
+    if not is_number(pad_index):
         raise TypeError(f"pad_across_processes(pad_index=...) must be a number, got {pad_index!r}.")
     if isinstance(tensor, torch.Tensor) and tensor.is_nested:
         warnings.warn(
@@ -277,7 +278,7 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
     if reduction not in REDUCTIONS:
         allowed = ", ".join(repr(r) for r in REDUCTIONS)
         raise ValueError(f"reduce(reduction={reduction!r}) is not valid; allowed: {allowed}.")
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+    if not is_number(scale):
         raise TypeError(f"reduce(scale=...) must be a number, got {scale!r}.")
     ctx = context()
     if not ctx.distributed:

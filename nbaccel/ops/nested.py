@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from ..validation import is_int
+
 __all__ = [
     "concatenate",
     "convert_to_fp32",
@@ -311,7 +313,7 @@ def truncate(data: Any, num_samples: int) -> Any:
         ValueError: ``num_samples`` is negative.
         TypeError: ``num_samples`` is not an int, or ``data`` is neither.
     """
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int):
+    if not is_int(num_samples):
         raise TypeError(
             f"truncate(num_samples=...) must be an int, got {type(num_samples).__name__} "
             f"({num_samples!r})."

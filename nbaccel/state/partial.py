@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from ..enums import DistributedType
 from ..splitting import split_for_process
+from ..validation import is_int
 from .handshake import enter
 from .registry import (
     STATE,
@@ -31,7 +32,7 @@ T = TypeVar("T")
 
 
 def _check_index(name: str, value: Any, limit: int, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r}).")
     if not 0 <= value < limit:
         raise ValueError(

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ...environment import process_rss
+from ...validation import is_int
 from ..states import TaskState
 
 __all__ = ["RankBook", "select_ranks"]
@@ -58,11 +59,7 @@ def select_ranks(ranks: int | Iterable[int] | None, num_processes: int) -> list[
     if ranks is None:
         return list(range(num_processes))
     chosen: list[Any] = [ranks] if isinstance(ranks, int) else list(ranks)
-    bad = [
-        r
-        for r in chosen
-        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < num_processes
-    ]
+    bad = [r for r in chosen if not is_int(r) or not 0 <= r < num_processes]
     if bad or not chosen:
         raise ValueError(
             f"ranks={ranks!r} is not allowed: name ranks between 0 and "
