@@ -7,8 +7,6 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import cloudpickle
-
 from ..config import LaunchConfig, positive_seconds
 from ..events import PoolStateEvent, TaskEvent
 from ..guard import choose_start_method
@@ -29,7 +27,7 @@ from .poolerrors import (
     stuck_message,
 )
 from .poolgroup import PoolGroup, RankDied, RanksStuck, close_groups_quietly, weak_forward
-from .poolstatus import RankBook, select_ranks
+from .poolstatus import RankBook, select_ranks, values_of
 
 __all__ = ["PoolBrokenError", "PoolClosedError", "TaskTimeoutError", "WorkerPool"]
 
@@ -62,11 +60,8 @@ class WorkerPool:
         dashboard: ``True`` shows the pool in a dashboard (per-rank state, current cell, RSS).
         on_event: receives every event (``TaskEvent``, ``PoolStateEvent``, progress, ...).
 
-    Multi-node pools are not supported yet. They would fit as the launcher's multi-node path
-    does: each machine's kernel starts a ``WorkerPool(num_nodes=..., node_rank=...,
-    master_addr=...)``, the machines meet through ``meet_machines`` before the workers start
-    (``nodes.py``), and node 0's pool sends each task to the other pools through the same store
-    that the watch of ``peers.py`` uses; each machine's pool relays its own ranks' output.
+    A pool runs on this machine's ranks only; ``docs/architecture.md`` says where the ranks of
+    other hosts would plug into its supervisor.
     """
 
     def __init__(
@@ -158,7 +153,7 @@ class WorkerPool:
             raise TypeError(f"function must be callable, got {type(function).__name__}.")
         label = getattr(function, "__name__", type(function).__name__)
         task = CallTask(self._next_id(), function, tuple(args), dict(kwargs), label)
-        return self._values(self._submit(task, None))
+        return values_of(self._submit(task, None))
 
     def execute(
         self, source: str, ranks: int | Iterable[int] | None = None, label: str | None = None
@@ -177,7 +172,7 @@ class WorkerPool:
         compile(source, "<cell>", "exec")  # a syntax error is raised here, before any rank runs
         task_id = self._next_id()
         task = CellTask(task_id, source, label or f"task {task_id}")
-        return self._values(self._submit(task, ranks))
+        return values_of(self._submit(task, ranks))
 
     def push(self, values: dict[str, Any], ranks: int | Iterable[int] | None = None) -> None:
         """Set ``name = value`` for each item of ``values`` in the ranks' namespaces."""
@@ -191,7 +186,7 @@ class WorkerPool:
         """The value of ``name`` in each rank's namespace (``NameError`` where it is unset)."""
         if not isinstance(name, str) or not name.isidentifier():
             raise TypeError(f"pull takes a variable name, got {name!r}.")
-        return self._values(self._submit(PullTask(self._next_id(), name), ranks))
+        return values_of(self._submit(PullTask(self._next_id(), name), ranks))
 
     def status(self) -> list[dict[str, Any]]:
         """One dict per rank: ``rank``, ``pid``, ``state`` (``idle``, ``running``, ``dead``,
@@ -286,10 +281,7 @@ class WorkerPool:
         )
         self._close_group()
         self._state = PoolState.BROKEN
-        self._book.fates = {
-            f.rank: TaskState.DEAD if f.failed else TaskState.STOPPED for f in died.fates
-        }
-        for rank, state in self._book.fates.items():
+        for rank, state in self._book.broken(died.fates).items():
             self._emit(TaskEvent(rank=rank, state=state))
         self._emit(PoolStateEvent(rank=-1, state=PoolState.BROKEN, message=self._problem))
 
@@ -352,13 +344,8 @@ class WorkerPool:
                 # a cell queued during the call runs next, as without the pool
                 self._board.release_messages()
         for rank, reply in replies.items():
-            state = (
-                TaskState.INTERRUPTED
-                if interrupted
-                else TaskState.FAILED
-                if reply.error
-                else TaskState.IDLE
-            )
+            state = TaskState.FAILED if reply.error else TaskState.IDLE
+            state = TaskState.INTERRUPTED if interrupted else state
             self._emit(TaskEvent(rank=rank, state=state, label=task.label, task_id=task.task_id))
         if interrupted:
             how = "stopped (the dashboard's Stop)" if stop and stop.is_set() else "interrupted"
@@ -369,10 +356,6 @@ class WorkerPool:
             )
         raise_first_error(replies)
         return replies
-
-    @staticmethod
-    def _values(replies: dict[int, TaskReply]) -> list[Any]:
-        return [cloudpickle.loads(replies[r].value or b"") for r in sorted(replies)]
 
     def _stuck(self, stuck: RanksStuck, label: str) -> BaseException:
         """The error of a task whose ranks did not finish; the group is restarted first."""

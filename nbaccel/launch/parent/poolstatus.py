@@ -1,5 +1,5 @@
 """What a WorkerPool knows of each rank between tasks: pid, device, the cell it runs, its fate
-when the pool broke; and the rows of ``WorkerPool.status()``."""
+when the pool broke; the rows of ``WorkerPool.status()``; and the values a call's replies carry."""
 
 from __future__ import annotations
 
@@ -7,11 +7,15 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
+import cloudpickle
+
 from ...environment import process_rss
 from ...validation import is_int
+from ..protocol import TaskReply
 from ..states import TaskState
+from .errors import RankFate
 
-__all__ = ["RankBook", "select_ranks"]
+__all__ = ["RankBook", "select_ranks", "values_of"]
 
 
 @dataclasses.dataclass
@@ -23,6 +27,11 @@ class RankBook:
     devices: dict[int, str] = dataclasses.field(default_factory=dict)
     pids: dict[int, int] = dataclasses.field(default_factory=dict)
     fates: dict[int, TaskState] = dataclasses.field(default_factory=dict)  # broken: dead/stopped
+
+    def broken(self, fates: list[RankFate]) -> dict[int, TaskState]:
+        """Note how each rank of a generation that broke ended: dead, or stopped with it."""
+        self.fates = {f.rank: TaskState.DEAD if f.failed else TaskState.STOPPED for f in fates}
+        return self.fates
 
     def rank_state(self, rank: int, pool_state: str) -> str:
         """``idle``/``running`` in a live pool; ``dead``/``stopped`` in a broken one."""
@@ -66,3 +75,8 @@ def select_ranks(ranks: int | Iterable[int] | None, num_processes: int) -> list[
             f"{num_processes - 1} (an int or a list of ints), or None for all."
         )
     return sorted(set(chosen))
+
+
+def values_of(replies: dict[int, TaskReply]) -> list[Any]:
+    """The values of a call's replies, in rank order (none of them carries an error)."""
+    return [cloudpickle.loads(replies[r].value or b"") for r in sorted(replies)]
