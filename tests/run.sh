@@ -36,6 +36,7 @@ tier() {  # tier NAME BUDGET_SECONDS PATH...
 # notebooks of the launcher and of the widgets (ipywidgets 7 there), and the worker pool with
 # its magics (IPython 7 there).
 COLAB_TESTS=(
+  tests/notebook/test_kernel_helpers.py
   tests/notebook/test_fork_warnings_kernel.py
   tests/notebook/test_dashboard_stop_kernel.py
   tests/notebook/test_guard_kernel.py

@@ -185,9 +185,14 @@ class Kernel:
         assert process is not None, "the kernel is not running"
         return int(process.pid)
 
-    def submit(self, code: str) -> Cell:
-        """Send a cell for execution and return at once (collect it with :meth:`collect`)."""
-        msg_id = self.client.execute(textwrap.dedent(code), store_history=True)
+    def submit(self, code: str, stop_on_error: bool = True) -> Cell:
+        """Send a cell for execution and return at once (collect it with :meth:`collect`).
+
+        ``stop_on_error`` (the protocol's flag, True as a front end sends it): when the cell
+        fails, the kernel aborts the requests queued behind it."""
+        msg_id = self.client.execute(
+            textwrap.dedent(code), store_history=True, stop_on_error=stop_on_error
+        )
         cell = self._cells[msg_id] = Cell(msg_id=msg_id, started=time.monotonic())
         return cell
 
@@ -259,16 +264,21 @@ class Kernel:
         timeout: float = 60.0,
         on_message: Callable[[dict[str, Any], Cell], None] | None = None,
     ) -> Cell:
-        """Run a cell to the end (see :meth:`collect`)."""
-        return self.collect(self.submit(code), timeout, on_message)
+        """Run a cell to the end (see :meth:`collect`).
+
+        Nothing is queued behind a cell run this way, so it is sent with
+        ``stop_on_error=False``: ipykernel 6 (Colab's) otherwise keeps aborting, for a moment
+        after a failing cell's reply, requests that arrive then, and the test's next cell,
+        sent at once, would never run (a person's next click never comes that fast)."""
+        return self.collect(self.submit(code, stop_on_error=False), timeout, on_message)
 
     def ok(self, code: str, timeout: float = 60.0) -> Cell:
         """Run a cell that must succeed; return it.
 
         ipykernel 6 (Colab's) aborts every request that reaches it in the moment after it
-        replied with an error, before its event loop turns again; a cell sent right after a
-        failing cell can land there on a loaded machine (a user's next click never does). Such
-        a cell, which never ran, is sent once more."""
+        replied with an error to a cell sent with ``stop_on_error`` (:meth:`submit`'s
+        default); a cell sent right then can land there on a loaded machine (a user's next
+        click never does). Such a cell, which never ran, is sent once more."""
         cell = self.execute(code, timeout)
         if cell.status == "aborted":
             time.sleep(0.2)
