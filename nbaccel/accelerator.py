@@ -48,7 +48,7 @@ from .state import AcceleratorState, GradientState
 from .state.registry import STATE
 from .strategies import strategy_for
 from .tracking import TrackingMixin, resolve_log_with
-from .unsupported import refuse
+from .unsupported import refuse_plugins
 
 __all__ = ["Accelerator"]
 
@@ -98,19 +98,12 @@ class Accelerator(
                 "fp16=True is deprecated; use mixed_precision='fp16'.", FutureWarning, stacklevel=2
             )
             mixed_precision = mixed_precision or "fp16"
-        engines = {
-            "deepspeed_plugin": "DeepSpeed",
-            "megatron_lm_plugin": "Megatron-LM",
-            "torch_tp_plugin": "tensor, context or sequence parallelism",
-        }
-        unsupported = {
-            "deepspeed_plugin": deepspeed_plugin,
-            "megatron_lm_plugin": megatron_lm_plugin,
-            "torch_tp_plugin": torch_tp_plugin,
-        }
-        for name, value in unsupported.items():
-            if value is not None:
-                refuse(engines[name], f"Accelerator({name}=...)")
+        refuse_plugins(
+            "Accelerator",
+            deepspeed_plugin=deepspeed_plugin,
+            megatron_lm_plugin=megatron_lm_plugin,
+            torch_tp_plugin=torch_tp_plugin,
+        )
         if fsdp_plugin is None and STATE.accelerator is None and launched_with_fsdp():
             fsdp_plugin = FullyShardedDataParallelPlugin()  # the launch's fsdp_config
         check_arguments(

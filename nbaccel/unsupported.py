@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-__all__ = ["INSTEAD", "DeepSpeedPlugin", "FP8RecipeKwargs", "MegatronLMPlugin", "refuse"]
+__all__ = [
+    "INSTEAD",
+    "DeepSpeedPlugin",
+    "FP8RecipeKwargs",
+    "MegatronLMPlugin",
+    "refuse",
+    "refuse_plugins",
+]
 
 _FSDP = (
     "For sharded training on one or many machines use FSDP: "
@@ -50,6 +57,22 @@ def refuse(engine: str, asked: str) -> NoReturn:
     raise NotImplementedError(
         f"{asked}: nbaccel does not run {engine}. {INSTEAD[engine]}. See docs/compatibility.md."
     )
+
+
+# Accelerate's plugin arguments that nbaccel refuses, and the engine each needs.
+_PLUGIN_ENGINES = {
+    "deepspeed_plugin": "DeepSpeed",
+    "megatron_lm_plugin": "Megatron-LM",
+    "torch_tp_plugin": "tensor, context or sequence parallelism",
+}
+
+
+def refuse_plugins(owner: str, **plugins: Any) -> None:
+    """Refuse the first of Accelerate's engine plugins given to ``owner`` (``Accelerator`` or
+    ``AcceleratorState``); None means not given."""
+    for name, value in plugins.items():
+        if value is not None:
+            refuse(_PLUGIN_ENGINES[name], f"{owner}({name}=...)")
 
 
 class _Refused:

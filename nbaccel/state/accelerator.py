@@ -5,20 +5,13 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from ..enums import PrecisionType
-from ..unsupported import refuse
+from ..unsupported import refuse, refuse_plugins
 from .parallel_view import ParallelismStateMixin
 from .partial import PartialState, ProcessView, process_items
 from .registry import STATE, AcceleratorRecord, ProcessRecord, current_process, reset_registry
 from .shared import SharedState, StateResetError
 
 __all__ = ["AcceleratorState"]
-
-# Accelerate's plugin arguments that nbaccel refuses, and the engine each needs.
-_ENGINES = {
-    "deepspeed_plugin": "DeepSpeed",
-    "megatron_lm_plugin": "Megatron-LM",
-    "torch_tp_plugin": "tensor, context or sequence parallelism",
-}
 
 
 def _accelerator_items() -> dict[str, Any]:
@@ -76,13 +69,12 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
         _from_accelerator: bool = False,
         **kwargs: Any,
     ) -> None:
-        for name, value in (
-            ("deepspeed_plugin", deepspeed_plugin),
-            ("torch_tp_plugin", torch_tp_plugin),
-            ("megatron_lm_plugin", megatron_lm_plugin),
-        ):
-            if value is not None:
-                refuse(_ENGINES[name], f"AcceleratorState({name}=...)")
+        refuse_plugins(
+            "AcceleratorState",
+            deepspeed_plugin=deepspeed_plugin,
+            torch_tp_plugin=torch_tp_plugin,
+            megatron_lm_plugin=megatron_lm_plugin,
+        )
         precision = None
         if mixed_precision is not None:
             precision = str(PrecisionType.parse(mixed_precision, "mixed_precision"))
