@@ -1,27 +1,14 @@
-"""Accelerate's module path for the prepared data loaders (``accelerate.data_loader``)."""
+"""The module path ``accelerate.data_loader``: the prepared data loaders of
+:mod:`nbaccel.data`."""
 
-from .data import (
-    BatchSamplerShard,
-    DataLoaderDispatcher,
-    DataLoaderShard,
-    IterableDatasetShard,
-    SeedableRandomSampler,
-    SkipBatchSampler,
-    SkipDataLoader,
-    prepare_data_loader,
-    skip_first_batches,
-)
-from .data.loaders import PreparedLoaderMixin as DataLoaderStateMixin
+# ruff: noqa: F401  (re-exports: __all__ comes from nbaccel.module_paths)
 
-__all__ = [
-    "BatchSamplerShard",
-    "DataLoaderDispatcher",
-    "DataLoaderShard",
-    "DataLoaderStateMixin",
-    "IterableDatasetShard",
-    "SeedableRandomSampler",
-    "SkipBatchSampler",
-    "SkipDataLoader",
-    "prepare_data_loader",
-    "skip_first_batches",
-]
+from .data.dispatch import DataLoaderDispatcher
+from .data.loaders import DataLoaderShard, DataLoaderStateMixin
+from .data.prepare import prepare_data_loader
+from .data.samplers import BatchSamplerShard, SeedableRandomSampler, SkipBatchSampler
+from .data.shards import IterableDatasetShard
+from .data.skip import SkipDataLoader, skip_first_batches
+from .module_paths import names_of
+
+__all__ = names_of(__name__)

@@ -17,6 +17,7 @@ def register_comm_hook(
 ) -> None:
     """Register torch's hook for ``hook`` on DDP ``model`` (``"no"``: nothing), compressed by
     ``wrapper`` (``"fp16"`` / ``"bf16"``); PowerSGD hooks get a state built from ``options``."""
+    # the hook modules load only when a communication hook is asked for
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
     hooks: dict[str, Any] = {

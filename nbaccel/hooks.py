@@ -1,5 +1,8 @@
-"""The module path ``accelerate.hooks``: the hook helpers of :mod:`nbaccel.big_modeling`."""
+"""The module path ``accelerate.hooks``: the hook helpers of :mod:`nbaccel.modeling.offload`."""
 
-from .big_modeling import attach_align_device_hook, remove_hook_from_module
+# ruff: noqa: F401  (re-exports: __all__ comes from nbaccel.module_paths)
 
-__all__ = ["attach_align_device_hook", "remove_hook_from_module"]
+from .modeling.offload import attach_align_device_hook, remove_hook_from_module
+from .module_paths import names_of
+
+__all__ = names_of(__name__)

@@ -6,6 +6,7 @@ import dataclasses
 from datetime import timedelta
 from typing import Any
 
+from .ddp_hooks import register_comm_hook
 from .enums import DDPCommunicationHookType
 from .validation import check_bool, check_number, is_number
 
@@ -134,7 +135,6 @@ class DistributedDataParallelKwargs(KwargsHandler):
 
     def register_comm_hook(self, model: Any) -> None:
         """Register ``comm_hook`` (wrapped by ``comm_wrapper``) on a DDP ``model``."""
-        from .ddp_hooks import register_comm_hook
 
         register_comm_hook(model, self.comm_hook, self.comm_wrapper, self.comm_state_option)
 

@@ -9,6 +9,7 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from .environment import log_level_requested
+from .state import PartialState
 from .state.registry import STATE
 
 __all__ = ["MultiProcessAdapter", "get_logger"]
@@ -54,8 +55,6 @@ class MultiProcessAdapter(logging.LoggerAdapter):
         if not self.isEnabledFor(level):
             return
         if in_order:
-            from .state import PartialState
-
             state = PartialState()
             for index in range(state.num_processes):
                 if index == state.process_index:

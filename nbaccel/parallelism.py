@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from torch.distributed.device_mesh import init_device_mesh
+
 from .environment.patching import parallelism_config_defaults
 from .unsupported import refuse
 from .validation import is_int
@@ -211,7 +213,6 @@ class ParallelismConfig:
         """A ``DeviceMesh`` with the enabled dimensions (canonical order, flattened ``dp``,
         ``dp_shard_cp`` and ``dp_cp`` views); None when every size is 1. Needs the process
         group of ``total_size`` processes."""
-        from torch.distributed.device_mesh import init_device_mesh
 
         names, shape = self._get_mesh()
         if not names:

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from .enums import DynamoBackend
+from .environment.dynamo import dynamo_settings
 from .validation import check_bool, check_path, is_int
 
 __all__ = [
@@ -82,7 +83,6 @@ class TorchDynamoPlugin:
     use_regional_compilation: bool | None = None
 
     def __post_init__(self) -> None:
-        from .environment.dynamo import dynamo_settings
 
         given = dynamo_settings()
         for name, default in _DYNAMO_DEFAULTS.items():

@@ -116,6 +116,7 @@ class Precision:
         """Swap linear layers for torchao's float8 training layers (fp8 only)."""
         if self.mixed_precision != "fp8":
             return model
+        # torchao is optional: only fp8 needs it
         from torchao.float8 import convert_to_float8_training
 
         convert_to_float8_training(model)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
+from .constants import PROFILE_PATTERN_NAME
 from .kwargs_handlers import KwargsHandler
 
-__all__ = ["ProfileKwargs"]
+__all__ = ["ProfileKwargs", "profiled"]
 
 _ACTIVITIES = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "hpu": "HPU", "mtia": "MTIA"}
 
@@ -71,3 +74,20 @@ class ProfileKwargs(KwargsHandler):
             with_flops=self.with_flops,
             with_modules=self.with_modules,
         )
+
+
+@contextlib.contextmanager
+def profiled(
+    handler: ProfileKwargs, process_index: int, barrier: Callable[[], None]
+) -> Iterator[Any]:
+    """Profile the block with ``handler``'s settings and yield the profiler; with
+    ``output_trace_dir`` each process writes ``profile_{process_index}.json`` there, then
+    waits at ``barrier`` for the others."""
+    with handler.build() as profiler:
+        yield profiler
+    if handler.output_trace_dir is None:
+        return
+    os.makedirs(handler.output_trace_dir, exist_ok=True)
+    name = PROFILE_PATTERN_NAME.format(suffix=process_index)
+    profiler.export_chrome_trace(os.path.join(handler.output_trace_dir, name))
+    barrier()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import sys
 
+import numpy as np
 import torch
 
 from .state import PartialState
@@ -28,17 +29,13 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
     if device_specific:
         seed += PartialState().process_index
     random.seed(seed)
-    try:
-        import numpy as np
-    except ImportError:  # numpy is optional for seeding
-        pass
-    else:
-        np.random.seed(seed % 2**32)
+    np.random.seed(seed % 2**32)
     # manual_seed also seeds CUDA lazily: it does not initialise CUDA.
     torch.manual_seed(seed)
     if deterministic:
         torch.use_deterministic_algorithms(True)
     if "torch_xla" in sys.modules:
+        # torch_xla is installed on TPU hosts only
         import torch_xla.core.xla_model as xm
 
         xm.set_rng_state(seed)

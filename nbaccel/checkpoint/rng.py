@@ -39,6 +39,7 @@ def capture_rng() -> dict[str, Any]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states["cuda"] = torch.cuda.get_rng_state_all()
     if "torch_xla" in sys.modules:
+        # torch_xla is installed on TPU hosts only
         import torch_xla.core.xla_model as xm
 
         states["xla"] = int(xm.get_rng_state())
@@ -64,6 +65,7 @@ def restore_rng(states: dict[str, Any]) -> None:
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
     if "xla" in states and "torch_xla" in sys.modules:
+        # torch_xla is installed on TPU hosts only
         import torch_xla.core.xla_model as xm
 
         xm.set_rng_state(states["xla"])

@@ -10,9 +10,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import save_file
 
 from ..enums import CustomDtype
-from ..model_tools import clean_state_dict_for_safetensors
+from ..modeling import clean_state_dict_for_safetensors
+from ..ops import recursively_apply
 from ..state import PartialState
 
 __all__ = ["convert_file_size_to_int", "dtype_byte_size", "load", "save"]
@@ -54,8 +56,6 @@ def save(
     if state.distributed_type == "XLA":
         obj = _to_cpu(obj)
     if safe_serialization:
-        from safetensors.torch import save_file
-
         if isinstance(obj, collections.OrderedDict):
             obj = clean_state_dict_for_safetensors(obj)
         save_file(obj, f, metadata={"format": "pt"})
@@ -64,7 +64,6 @@ def save(
 
 
 def _to_cpu(obj: Any) -> Any:
-    from ..ops import recursively_apply
 
     return recursively_apply(lambda t: t.cpu(), obj)
 

@@ -7,6 +7,9 @@ import sys
 import time
 
 from ..enums import PRECISIONS
+from ..environment import cuda_device_count
+from ..examples.quickstart import require_scikit_learn, train
+from ..launch.parent.notebook import notebook_launcher
 
 __all__ = ["add_parser", "run"]
 
@@ -42,9 +45,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Launch the training function and print what each rank returned; 0 if accuracy >= 0.9."""
-    from ..environment import cuda_device_count
-    from ..examples.quickstart import require_scikit_learn, train
-    from ..launch.parent.notebook import notebook_launcher
 
     try:
         require_scikit_learn()

@@ -10,7 +10,6 @@ import sys
 import torch
 import yaml
 
-from .. import __version__
 from ..config import ConfigError, config_location, load_config_file
 from ..environment import (
     choose_device,
@@ -23,6 +22,7 @@ from ..environment import (
     tpu_requested,
     xla_requested,
 )
+from ..version import __version__
 
 __all__ = ["add_parser", "nccl_version", "package_version", "run"]
 

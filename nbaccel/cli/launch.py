@@ -245,12 +245,13 @@ def _run_one(command: list[str]) -> int:
 
 
 def _run_elastic(resolved: ResolvedLaunch, command: list[str], tmp: Path) -> int:
+    # torchrun's agent is slow to import and only multi-machine launches use it
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    from ..launch.nodes.elastic import elastic_rendezvous
+    from ..launch.nodes.elastic import elastic_rendezvous  # torchrun's rendezvous, as above
 
     cfg = resolved.config
     if not cfg.debug:

@@ -7,7 +7,7 @@ import difflib
 import sys
 from collections.abc import Sequence
 
-from .. import __version__
+from ..version import __version__
 from . import config, demo, env, launch, merge_weights, test, to_fsdp2
 
 __all__ = ["build_parser", "main"]

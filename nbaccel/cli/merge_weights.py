@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..fsdp.merge import merge_checkpoint
+
 __all__ = ["add_parser", "run"]
 
 
@@ -38,7 +40,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Merge; a missing or wrong directory is reported on stderr with exit code 2."""
-    from ..fsdp.merge import merge_checkpoint
 
     try:
         written = merge_checkpoint(

@@ -18,7 +18,13 @@ from .samplers import BatchSamplerShard, SkipBatchSampler
 from .shards import IterableDatasetShard
 from .xla_steps import step_marker
 
-__all__ = ["DataLoaderShard", "LoaderPosition", "LoaderSettings", "PreparedLoaderMixin"]
+__all__ = [
+    "DataLoaderShard",
+    "DataLoaderStateMixin",
+    "LoaderPosition",
+    "LoaderSettings",
+    "PreparedLoaderMixin",
+]
 
 Reseeder = Callable[[int, int], None]
 Step = tuple[Any, bool, int]  # (batch, is the last batch, remainder)
@@ -280,6 +286,10 @@ def look_ahead(batches: Iterator[Any], remainder: Callable[[], int]) -> Iterator
         yield current, False, -1
         current = following
     yield current, True, remainder()
+
+
+# Accelerate's name for the mixin (``accelerate.data_loader.DataLoaderStateMixin``)
+DataLoaderStateMixin = PreparedLoaderMixin
 
 
 class DataLoaderShard(PreparedLoaderMixin, DataLoader):

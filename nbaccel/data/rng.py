@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from ..enums import RNGType
+from ..state import PartialState
 
 __all__ = ["synchronize_rng_state", "synchronize_rng_states"]
 
@@ -37,6 +38,7 @@ def _read(kind: RNGType, generator: torch.Generator | None, strict: bool) -> tor
             if strict:
                 raise RuntimeError("Can't synchronize XLA seeds: torch_xla is not in use here.")
             return None
+        # torch_xla is installed on TPU hosts only
         import torch_xla.core.xla_model as xm
 
         return torch.tensor(int(xm.get_rng_state()), dtype=torch.int64)
@@ -56,6 +58,7 @@ def _write(kind: RNGType, state: torch.Tensor, generator: torch.Generator | None
         assert generator is not None
         generator.set_state(state)
     elif kind is RNGType.XLA:
+        # torch_xla is installed on TPU hosts only
         import torch_xla.core.xla_model as xm
 
         xm.set_rng_state(int(state.item()))
@@ -70,7 +73,6 @@ def _broadcast(state: torch.Tensor) -> torch.Tensor:
     if dist.get_backend() == "gloo":
         dist.broadcast(state, src=0)
         return state
-    from ..state import PartialState
 
     on_device = state.to(PartialState().device)
     dist.broadcast(on_device, src=0)

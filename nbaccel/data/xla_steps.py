@@ -19,10 +19,12 @@ def step_marker(device: torch.device | None) -> Callable[[], None] | None:
     """The function that marks an XLA step, or None off the XLA device."""
     if device is None or device.type != "xla":
         return None
+    # torch_xla is installed on TPU hosts only
     import torch_xla
 
     mark: Callable[[], None] | None = getattr(torch_xla, "sync", None)  # torch_xla 2.6+
     if mark is None:
+        # torch_xla is installed on TPU hosts only
         import torch_xla.core.xla_model as xm
 
         mark = xm.mark_step

@@ -183,6 +183,7 @@ def is_torch_xla_available(check_is_tpu: bool = False, check_is_gpu: bool = Fals
         return False
     if not (check_is_tpu or check_is_gpu):
         return True
+    # torch_xla is installed on TPU hosts only
     import torch_xla.runtime as xr
 
     kind = xr.device_type()
@@ -233,6 +234,7 @@ def is_hpu_available(init_hccl: bool = False) -> bool:
     if not package_available("habana_frameworks"):
         return False
     if init_hccl:
+        # Intel Gaudi's package is there only on Gaudi machines
         import habana_frameworks.torch.distributed.hccl  # noqa: F401
     return _device_module("hpu", False)
 
@@ -241,6 +243,7 @@ def is_habana_gaudi1() -> bool:
     """True on a first-generation Gaudi HPU."""
     if not is_hpu_available():
         return False
+    # Intel Gaudi's package is there only on Gaudi machines
     import habana_frameworks.torch.utils.experimental as htexp
 
     return bool(htexp._get_device_type() == htexp.synDeviceType.synDeviceGaudi)
@@ -313,6 +316,7 @@ def is_bitsandbytes_multi_backend_available() -> bool:
     """True when the installed bitsandbytes supports several device backends."""
     if not is_bnb_available():
         return False
+    # bitsandbytes is optional: asked about, never required
     import bitsandbytes as bnb
 
     return "multi_backend" in getattr(bnb, "features", set())
@@ -327,6 +331,7 @@ def is_transformer_engine_mxfp8_available() -> bool:
     """True when Transformer Engine is installed and this GPU supports MXFP8."""
     if not package_available("transformer_engine"):
         return False
+    # Transformer Engine is optional: asked about, never required
     from transformer_engine.pytorch.fp8 import check_mxfp8_support
 
     return bool(check_mxfp8_support()[0])

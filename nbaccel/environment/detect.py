@@ -62,6 +62,7 @@ def xla_available(environ: Mapping[str, str] | None = None) -> bool:
     if importlib.util.find_spec("torch_xla") is None:
         return False
     try:
+        # torch_xla is installed on TPU hosts only
         import torch_xla  # noqa: F401
     except Exception:  # a broken install must not break detection
         return False
@@ -92,6 +93,7 @@ class XlaTopology:
 
 def xla_topology() -> XlaTopology:
     """Ask ``torch_xla`` for this process's ordinals. Only call when :func:`xla_available`."""
+    # torch_xla is installed on TPU hosts only
     import torch_xla.runtime as xr
 
     return XlaTopology(

@@ -109,10 +109,12 @@ def choose_device(launch: LaunchEnvironment, cpu: bool = False) -> DeviceChoice:
     if force_cpu:
         return DeviceChoice(torch.device("cpu"), distributed_backend, "cpu")
     if xla_available():
+        # torch_xla is installed on TPU hosts only
         import torch_xla
 
         device = getattr(torch_xla, "device", None)  # torch_xla 2.5+; xla_device before
         if device is None:
+            # torch_xla is installed on TPU hosts only
             import torch_xla.core.xla_model as xm
 
             device = xm.xla_device

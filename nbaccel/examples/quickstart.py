@@ -39,6 +39,7 @@ def load_digits_tensors(
         ModuleNotFoundError: scikit-learn is missing (the message says how to install it).
     """
     require_scikit_learn()
+    # scikit-learn is optional (the examples extra)
     from sklearn.datasets import load_digits
 
     digits = load_digits()

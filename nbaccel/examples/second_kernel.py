@@ -24,6 +24,7 @@ class SecondKernel:
     """One extra IPython kernel (this Python) that runs code in the background."""
 
     def __init__(self, startup_timeout: float = 60.0) -> None:
+        # jupyter_client is there only with the notebook extra
         from jupyter_client.manager import KernelManager
 
         env = environment_for_child(_LAUNCH_VARIABLES)
@@ -84,6 +85,7 @@ def also_in_second_kernel(line: str, cell: str) -> None:
     prefix and the kernel is shut down. With ``PLAY_MACHINE_1_HERE = False`` in the notebook
     the cell only runs here, which is what each real machine does.
     """
+    # IPython is there only in a notebook (the notebook extra)
     from IPython import get_ipython
 
     shell = get_ipython()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import nn
 
 from .quickstart import load_digits_tensors
 
@@ -23,6 +24,7 @@ _MISSING_TRANSFORMERS = (
 
 def _transformers() -> Any:
     try:
+        # transformers is optional (the trainer extra)
         import transformers
     except ModuleNotFoundError as exc:
         raise ModuleNotFoundError(_MISSING_TRANSFORMERS, name="transformers") from exc
@@ -70,7 +72,6 @@ def _config_class(transformers: Any) -> type:
 
 
 def _model_class(transformers: Any) -> type:
-    from torch import nn
 
     class DigitsClassifier(transformers.PreTrainedModel):
         """An MLP over the 64 pixels, as a ``PreTrainedModel`` the Trainer trains."""
@@ -103,6 +104,7 @@ def train_with_trainer(output_dir: str, epochs: float = 2.0, **arguments: Any) -
     ``arguments`` go to ``TrainingArguments`` (for instance ``fsdp="full_shard"``). Returns the
     rank, the world size the Trainer saw, how it wrapped the model, and the evaluation metrics.
     """
+    # transformers is optional (the trainer extra)
     from transformers import Trainer, TrainingArguments
 
     train_set, eval_set = digit_images()

@@ -12,6 +12,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
+from ..state import PartialState
 from .checkpointing import apply_checkpointing
 from .mesh import check_not_offloading_on_cpu, hybrid_mesh, world_size
 from .plugin import FullyShardedDataParallelPlugin
@@ -186,7 +187,6 @@ def fsdp2_load_full_state_dict(accelerator: Any, model: nn.Module, full_sd: dict
     """
     del accelerator  # the process group is the default one
     device = next((p.device for p in model.parameters() if not p.is_meta), None)
-    from ..state import PartialState
 
     _broadcast_into(model, full_sd, device or PartialState().device)
     return model

@@ -6,6 +6,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from ..state import PartialState
+
 __all__ = ["check_not_offloading_on_cpu", "hybrid_mesh", "world_size"]
 
 
@@ -16,7 +18,6 @@ def world_size() -> int:
 
 def _default_group_size(world: int) -> int:
     """The processes of one machine (torch's HYBRID_SHARD default), when they divide evenly."""
-    from ..state import PartialState
 
     local = PartialState().local_num_processes
     return local if local >= 1 and world % local == 0 else world

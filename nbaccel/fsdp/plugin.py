@@ -13,21 +13,23 @@ import torch
 from torch import nn
 from torch.distributed.fsdp import MixedPrecision, MixedPrecisionPolicy, ShardingStrategy
 
+from ..state import PartialState
 from ..validation import is_int
 from . import options
+from .config_keys import launch_plugin_kwargs, plugin_kwargs
 from .policies import (
     DEFAULT_MIN_NUM_PARAMS,
     find_layer_classes,
     size_based_auto_wrap_policy,
     transformer_auto_wrap_policy,
 )
+from .ram import enable_fsdp_ram_efficient_loading
 
 __all__ = ["FullyShardedDataParallelPlugin", "materialize_empty"]
 
 
 def materialize_empty(module: nn.Module) -> None:
     """The default ``param_init_fn``: ``to_empty`` on this process's device (not recursive)."""
-    from ..state import PartialState
 
     module.to_empty(device=PartialState().device, recurse=False)
 
@@ -104,7 +106,6 @@ class FullyShardedDataParallelPlugin:
         """Options left unset take the launch's FSDP settings (``nbaccel launch`` with an
         ``fsdp_config``, ``accelerate launch``'s ``FSDP_*`` variables), as in Accelerate. The
         sharding pair and the wrap-policy trio are taken together or not at all."""
-        from .config_keys import launch_plugin_kwargs
 
         launch = launch_plugin_kwargs(self.fsdp_version)
         if not launch:
@@ -258,7 +259,6 @@ class FullyShardedDataParallelPlugin:
                     stacklevel=4,
                 )
             self.sync_module_states = True
-            from .ram import enable_fsdp_ram_efficient_loading
 
             enable_fsdp_ram_efficient_loading()
         self.cpu_ram_efficient_loading = bool(self.cpu_ram_efficient_loading)
@@ -342,6 +342,5 @@ class FullyShardedDataParallelPlugin:
         cls, config: Mapping[str, Any], convert_to_fsdp2: bool = False
     ) -> FullyShardedDataParallelPlugin:
         """Build the plugin from an ``fsdp_config`` mapping (the config file's keys)."""
-        from .config_keys import plugin_kwargs
 
         return cls(**plugin_kwargs(config, convert_to_fsdp2))

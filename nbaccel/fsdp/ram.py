@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ..environment import fsdp_ram_efficient_loading_enabled, set_fsdp_ram_efficient_loading
+from ..state import PartialState
 
 __all__ = [
     "disable_fsdp_ram_efficient_loading",
@@ -47,7 +48,6 @@ def ram_efficient_init(enabled: bool | None = None) -> Iterator[bool]:
             model = MyBigModel()          # real weights on process 0 only
         model = accelerator.prepare(model)  # process 0's weights reach every shard
     """
-    from ..state import PartialState
 
     on = is_ram_efficient_loading() if enabled is None else enabled
     empty = bool(on) and PartialState().process_index != 0

@@ -34,6 +34,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
+from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
 
 from ..checkpoint.files import load_object, load_tensors, save_object, save_tensors
 from ..checkpoint.layout import model_file, numbered, read_manifest, verify_manifest
@@ -58,7 +59,6 @@ Pair = tuple[nn.Module, torch.optim.Optimizer]
 
 def is_fsdp_model(model: nn.Module) -> bool:
     """Whether ``model`` holds FSDP1 or FSDP2 modules."""
-    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
 
     return any(isinstance(m, (FSDPModule, FullyShardedDataParallel)) for m in model.modules())
 

@@ -31,6 +31,7 @@ def check_xla_fsdp(plugin: Any, device: torch.device) -> None:
 
 def _xla_policy(policy: Any) -> Any:
     """torch's wrap policy (as the plugin resolved it) in torch_xla's own form."""
+    # torch_xla is installed on TPU hosts only
     from torch_xla.distributed.fsdp import wrap as xla_wrap
 
     if not isinstance(policy, functools.partial):
@@ -47,6 +48,7 @@ def _xla_policy(policy: Any) -> Any:
 
 def wrap_xla_fsdp(model: nn.Module, plugin: Any) -> nn.Module:
     """Shard ``model`` with ``XlaFullyShardedDataParallel`` and the plugin's XLA settings."""
+    # torch_xla is installed on TPU hosts only
     from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel, checkpoint_module
 
     plugin.set_auto_wrap_policy(model)

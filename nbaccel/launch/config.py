@@ -7,6 +7,9 @@ import multiprocessing
 import os
 from typing import Any
 
+from ..config.ranks import parse_display_ranks
+from ..config.resolve import launcher_defaults
+from ..config.values import ValueProblem
 from ..enums import PRECISIONS
 from ..environment import cuda_device_count, debug_mode_requested, xla_available
 from ..validation import is_int, is_number
@@ -73,8 +76,6 @@ def _endpoint(value: Any) -> tuple[str, int] | None:
 
 
 def _display_ranks(value: Any) -> tuple[int, ...] | None:
-    from ..config.ranks import parse_display_ranks
-    from ..config.values import ValueProblem
 
     try:
         return parse_display_ranks(0 if value is None else value)
@@ -137,7 +138,6 @@ class LaunchConfig:
     def build(cls, **kwargs: Any) -> LaunchConfig:
         """Validate raw launcher arguments; ``None`` values take the config file's value where
         a file is in force (``nbaccel config``), else their defaults."""
-        from ..config.resolve import launcher_defaults
 
         kwargs = launcher_defaults(kwargs)
         gpus = cuda_device_count()

@@ -40,6 +40,7 @@ def active_pool(shell: Any = None) -> Any:
     Use it for what the magics do not cover, e.g. ``active_pool().push({"lr": 1e-3})``.
     """
     if shell is None:
+        # IPython is there only in a notebook (the notebook extra)
         from IPython import get_ipython
 
         shell = get_ipython()

@@ -22,6 +22,7 @@ class RankValues(list[Any]):
         self.ranks = list(ranks)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        # IPython is there only in a notebook (the notebook extra)
         from IPython.lib.pretty import pretty
 
         for index, (rank, value) in enumerate(zip(self.ranks, self, strict=True)):

@@ -129,6 +129,7 @@ def gather(tensor: Any) -> Any:
         return tensor
     check = same_shape_and_dtype(gather_hint)
     if ctx.is_xla:
+        # torch_xla is installed on TPU hosts only
         import torch_xla.core.xla_model as xm
 
         tensors, _ = agree("gather", tensor, ctx, check)
@@ -171,6 +172,7 @@ def gather_object(object: Any) -> list[Any]:
     if not ctx.distributed:
         return object if isinstance(object, (list, tuple)) else [object]  # type: ignore[return-value]
     if ctx.is_xla:
+        # torch_xla is installed on TPU hosts only
         import torch_xla.core.xla_model as xm
 
         gathered = list(xm.mesh_reduce("nbaccel.ops.gather_object", object, list))
@@ -288,6 +290,7 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
     tensors, _ = agree("reduce", tensor, ctx, check)
     clones = [t.clone() for t in tensors]
     if ctx.is_xla:
+        # torch_xla is installed on TPU hosts only
         import torch_xla.core.xla_model as xm
 
         xm.mark_step()
@@ -336,6 +339,7 @@ def broadcast(tensor: Any, from_process: int = 0) -> Any:
         return tensor
     tensors, _ = agree("broadcast", tensor, ctx, same_shape_and_dtype(_broadcast_hint(source)))
     if ctx.is_xla:
+        # torch_xla is installed on TPU hosts only
         import torch_xla.core.xla_model as xm
 
         results = [
@@ -381,6 +385,7 @@ def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list
             "on the receiving processes."
         )
     if ctx.is_xla:
+        # torch_xla is installed on TPU hosts only
         import torch_xla.core.xla_model as xm
 
         for i, obj in enumerate(object_list):

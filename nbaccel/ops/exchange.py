@@ -165,6 +165,7 @@ def exchange_ints(values: list[int], ctx: Context, tag: str) -> list[list[int]]:
     ``mesh_reduce`` under ``tag``. The lists may differ in length between processes.
     """
     if ctx.is_xla:
+        # torch_xla is installed on TPU hosts only
         import torch_xla.core.xla_model as xm
 
         return [list(v) for v in xm.mesh_reduce(f"nbaccel.ops.{tag}", list(values), list)]

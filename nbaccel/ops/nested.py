@@ -22,6 +22,7 @@ __all__ = [
     "is_namedtuple",
     "is_torch_tensor",
     "listify",
+    "merge_dicts",
     "recursively_apply",
     "send_to_device",
     "slice_tensors",
@@ -328,3 +329,13 @@ def truncate(data: Any, num_samples: int) -> Any:
         f"truncate expects nested tensors or a list of samples, got {type(data).__name__} "
         f"({_short_repr(data)})."
     )
+
+
+def merge_dicts(source: dict[Any, Any], destination: dict[Any, Any]) -> dict[Any, Any]:
+    """Merge nested dict ``source`` into ``destination`` (in place; returned)."""
+    for key, value in source.items():
+        if isinstance(value, dict):
+            merge_dicts(value, destination.setdefault(key, {}))
+        else:
+            destination[key] = value
+    return destination

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
+from ..config.resolve import configured_precision
 from ..enums import PrecisionType
 from ..unsupported import refuse, refuse_plugins
 from .parallel_view import ParallelismStateMixin
@@ -83,8 +84,6 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
         if record is None:
             launch = current_process().launch
             if precision is None and launch.mixed_precision is None:
-                from ..config.resolve import configured_precision
-
                 precision = configured_precision()  # the config file in force, if it says
             STATE.accelerator = AcceleratorRecord(
                 mixed_precision=precision or launch.mixed_precision or "no",

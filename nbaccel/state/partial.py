@@ -172,6 +172,7 @@ class ProcessView:
         """Block until every process reaches this point (no-op on one process)."""
         kind = self._process().distributed_type
         if kind == DistributedType.XLA:
+            # torch_xla is installed on TPU hosts only
             import torch_xla.core.xla_model as xm
 
             xm.rendezvous("nbaccel.wait_for_everyone")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..enums import DistributedType
+from ..state.registry import STATE
 from .base import Strategy
 from .ddp import DDPStrategy
 from .fsdp import FSDPStrategy
@@ -37,6 +38,5 @@ def strategy_for(distributed_type: DistributedType, fsdp_plugin: Any = None) -> 
 
 def _on_xla_device() -> bool:
     """True when this process trains on the XLA device (whatever plugin the job reports)."""
-    from ..state.registry import STATE
 
     return STATE.process is not None and STATE.process.distributed_type == DistributedType.XLA

@@ -8,7 +8,13 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+from torch.distributed.tensor import DTensor
 
+from ..fsdp.fsdp1 import wrap_fsdp1
+from ..fsdp.fsdp2 import shard_fsdp2
+from ..fsdp.xla_fsdp import check_xla_fsdp, wrap_xla_fsdp
+from ..state import AcceleratorState
 from .base import Strategy
 
 __all__ = ["FSDPStrategy", "switch_parameters"]
@@ -46,8 +52,6 @@ class FSDPStrategy(Strategy):
     """Wraps models with FSDP1 ``FullyShardedDataParallel`` or FSDP2 ``fully_shard``."""
 
     def __init__(self, plugin: Any) -> None:
-        from ..fsdp.xla_fsdp import check_xla_fsdp
-        from ..state import AcceleratorState
 
         check_xla_fsdp(plugin, AcceleratorState().device)  # xla: true off a TPU fails here
         self.plugin = plugin
@@ -56,25 +60,17 @@ class FSDPStrategy(Strategy):
 
     def wrap_model(self, model: nn.Module, **kwargs: Any) -> nn.Module:
         """Shard ``model`` as the plugin says (``device`` is this process's device)."""
-        from ..state import AcceleratorState
-
         device: torch.device = kwargs.pop("device", None) or AcceleratorState().device
         precision = AcceleratorState().mixed_precision
         if precision in ("fp16", "bf16") and self.plugin.mixed_precision_policy is None:
             self.plugin.set_mixed_precision(precision)
         if self.plugin.xla:
-            from ..fsdp.xla_fsdp import wrap_xla_fsdp
-
             wrapped = wrap_xla_fsdp(model, self.plugin)
             self._models.append(wrapped)
             return wrapped
         if self.plugin.fsdp_version == 2:
-            from ..fsdp.fsdp2 import shard_fsdp2
-
             wrapped, mapping = shard_fsdp2(model, self.plugin, device)
         else:
-            from ..fsdp.fsdp1 import wrap_fsdp1
-
             wrapped, mapping = wrap_fsdp1(model, self.plugin, device)
         self._mapping.update(mapping)
         self._models.append(wrapped)
@@ -87,7 +83,6 @@ class FSDPStrategy(Strategy):
 
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[Any]:
         """Skip the gradient reduce-scatter in backward (gradient accumulation)."""
-        from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
 
         if isinstance(model, FullyShardedDataParallel):
             return model.no_sync()
@@ -99,8 +94,6 @@ class FSDPStrategy(Strategy):
         self, parameters: Iterable[torch.Tensor] | torch.Tensor, max_norm: float, norm_type: float
     ) -> torch.Tensor:
         """Clip by the norm over all shards (every process gets the same total norm)."""
-        from torch.distributed.fsdp import FullyShardedDataParallel
-        from torch.distributed.tensor import DTensor
 
         params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
         wanted = {id(p) for p in params}
@@ -116,6 +109,7 @@ class FSDPStrategy(Strategy):
     def sharded_checkpoints(self) -> bool:
         """Whether ``save_state`` writes sharded (DCP) checkpoints (the plugin's
         ``state_dict_type``, read at each save)."""
+        # torch.distributed.checkpoint is slow to import: only FSDP checkpoints pay for it
         from ..fsdp.state_dict import uses_sharded_checkpoints
 
         return uses_sharded_checkpoints(self.plugin)
@@ -145,7 +139,6 @@ class FSDPStrategy(Strategy):
     @staticmethod
     def unwrap_model(model: nn.Module) -> nn.Module:
         """Peel FSDP1 wrappers as well as DDP / compile ones (FSDP2 models are the model)."""
-        from torch.distributed.fsdp import FullyShardedDataParallel
 
         while True:
             model = Strategy.unwrap_model(model)

@@ -14,6 +14,7 @@ class XlaStrategy(Strategy):
 
     def reduce_gradients(self, optimizer: Any) -> None:
         """All-reduce gradients across TPU cores (once per step)."""
+        # torch_xla is installed on TPU hosts only
         import torch_xla.core.xla_model as xm
 
         xm.reduce_gradients(optimizer)

@@ -74,6 +74,7 @@ def run_first(test_case: Any) -> Any:
     """Ask pytest-order to run the test first (where pytest is installed; else unchanged)."""
     if not is_pytest_available():
         return test_case
+    # pytest is there only where tests run
     import pytest
 
     return pytest.mark.order(1)(test_case)

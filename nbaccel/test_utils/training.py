@@ -75,6 +75,7 @@ def mocked_dataloaders(
     validation batches 1, whatever ``batch_size`` is, so that tests stay small.
     """
     try:
+        # datasets and transformers are optional: only this helper needs them
         from datasets import load_dataset
         from transformers import AutoTokenizer
     except ImportError as error:

@@ -3,7 +3,6 @@
 from .base import GeneralTracker, on_main_process
 from .comet import CometMLTracker
 from .jsonl import JSONLTracker
-from .mixin import TrackingMixin
 from .mlflow import MLflowTracker
 from .progress import progress
 from .refused import AimTracker, ClearMLTracker, DVCLiveTracker, SwanLabTracker, TrackioTracker
@@ -34,7 +33,6 @@ __all__ = [
     "MLflowTracker",
     "SwanLabTracker",
     "TensorBoardTracker",
-    "TrackingMixin",
     "TrackioTracker",
     "WandBTracker",
     "available_trackers",

@@ -6,13 +6,14 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ..state import PartialState
+
 __all__ = ["GeneralTracker", "on_main_process", "scalar_value"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _is_main_process() -> bool:
-    from ..state import PartialState
 
     return bool(PartialState().is_main_process)
 

@@ -39,6 +39,7 @@ class CometMLTracker(GeneralTracker):
     @on_main_process
     def start(self) -> None:
         """Start the experiment."""
+        # each tracker's package is optional (the tracking extra)
         import comet_ml
 
         starter = getattr(comet_ml, "start", None)

@@ -82,6 +82,7 @@ class MLflowTracker(GeneralTracker):
     @on_main_process
     def start(self) -> None:
         """Set the tracking URI, find or create the experiment, start the run."""
+        # each tracker's package is optional (the tracking extra)
         import mlflow
 
         if self.tracking_uri is not None:
@@ -100,6 +101,7 @@ class MLflowTracker(GeneralTracker):
     @on_main_process
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         """Log ``values`` as run parameters (in batches of 100)."""
+        # each tracker's package is optional (the tracking extra)
         import mlflow
 
         if self.active_run is None:
@@ -111,6 +113,7 @@ class MLflowTracker(GeneralTracker):
     @on_main_process
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """Log the numeric ``values`` as metrics at ``step`` (other values are skipped)."""
+        # each tracker's package is optional (the tracking extra)
         import mlflow
 
         if self.active_run is None:
@@ -126,6 +129,7 @@ class MLflowTracker(GeneralTracker):
     @on_main_process
     def finish(self) -> None:
         """End the run."""
+        # each tracker's package is optional (the tracking extra)
         import mlflow
 
         if self.active_run is not None:

@@ -11,6 +11,7 @@ import tqdm.std
 
 from ..launch.events import report_progress
 from ..launch.worker.bars import text_bars_in_worker
+from ..state import PartialState
 from ..state.registry import STATE
 
 __all__ = ["AutoProgressBar", "TextProgressBar", "progress", "text_bars_in_worker"]
@@ -101,8 +102,6 @@ def progress(
     elsewhere it is ``tqdm.auto`` (a widget in a notebook).
     """
     if accelerator is None:
-        from ..state import PartialState
-
         accelerator = PartialState()
     tqdm_kwargs.setdefault("disable", not accelerator.is_local_main_process)
     cls = TextProgressBar if STATE.event_sink is not None else AutoProgressBar

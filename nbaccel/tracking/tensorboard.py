@@ -16,9 +16,11 @@ __all__ = ["TensorBoardTracker"]
 
 def _summary_writer() -> Any:
     if importlib.util.find_spec("tensorboard") is not None:
+        # each tracker's package is optional (the tracking extra)
         from torch.utils.tensorboard import SummaryWriter
 
         return SummaryWriter
+    # each tracker's package is optional (the tracking extra)
     import tensorboardX
 
     return tensorboardX.SummaryWriter
@@ -84,6 +86,7 @@ class TensorBoardTracker(GeneralTracker):
             self.start()
         clean = {str(k): _hparam(v) for k, v in values.items()}
         try:
+            # each tracker's package is optional (the tracking extra)
             from torch.utils.tensorboard.summary import hparams
 
             for summary in hparams(clean, {}):

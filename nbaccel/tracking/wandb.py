@@ -44,6 +44,7 @@ class WandBTracker(GeneralTracker):
     @on_main_process
     def start(self) -> None:
         """``wandb.init``; creates ``dir`` first (wandb wants it to exist)."""
+        # each tracker's package is optional (the tracking extra)
         import wandb
 
         directory = self.init_kwargs.get("dir")

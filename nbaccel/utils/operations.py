@@ -1,71 +1,43 @@
-"""The module path ``accelerate.utils.operations``: the names of :mod:`nbaccel.utils` it
-holds, so that ``from accelerate.utils.operations import ...`` runs with only the import
-changed."""
+"""The module path ``accelerate.utils.operations``: the names of ``accelerate.utils`` it holds,
+so that ``from accelerate.utils.operations import ...`` runs with only the import changed."""
 
-from . import (
-    TORCH_DISTRIBUTED_OPERATION_TYPES,
-    CannotPadNestedTensorWarning,
-    DistributedType,
-    TensorInformation,
+# ruff: noqa: F401  (re-exports: __all__ comes from nbaccel.module_paths)
+
+from ..constants import TORCH_DISTRIBUTED_OPERATION_TYPES
+from ..enums import DistributedType
+from ..environment.availability import is_npu_available, is_torch_version, is_torch_xla_available
+from ..module_paths import names_of
+from ..ops.collectives import (
     broadcast,
     broadcast_object_list,
-    concatenate,
-    convert_outputs_to_fp32,
-    convert_to_fp32,
-    copy_tensor_to_devices,
-    find_batch_size,
-    find_device,
     gather,
     gather_object,
-    get_data_structure,
+    pad_across_processes,
+    reduce,
+)
+from ..ops.nested import (
+    concatenate,
+    convert_to_fp32,
+    find_batch_size,
+    find_device,
     honor_type,
     ignorant_find_batch_size,
-    initialize_tensors,
     is_namedtuple,
-    is_npu_available,
-    is_tensor_information,
     is_torch_tensor,
-    is_torch_version,
-    is_torch_xla_available,
     listify,
-    pad_across_processes,
-    pad_input_tensors,
     recursively_apply,
-    reduce,
     send_to_device,
     slice_tensors,
 )
+from ..ops.padding_warning import CannotPadNestedTensorWarning
+from ..ops.structures import (
+    TensorInformation,
+    convert_outputs_to_fp32,
+    copy_tensor_to_devices,
+    get_data_structure,
+    initialize_tensors,
+    is_tensor_information,
+    pad_input_tensors,
+)
 
-__all__ = [
-    "TORCH_DISTRIBUTED_OPERATION_TYPES",
-    "CannotPadNestedTensorWarning",
-    "DistributedType",
-    "TensorInformation",
-    "broadcast",
-    "broadcast_object_list",
-    "concatenate",
-    "convert_outputs_to_fp32",
-    "convert_to_fp32",
-    "copy_tensor_to_devices",
-    "find_batch_size",
-    "find_device",
-    "gather",
-    "gather_object",
-    "get_data_structure",
-    "honor_type",
-    "ignorant_find_batch_size",
-    "initialize_tensors",
-    "is_namedtuple",
-    "is_npu_available",
-    "is_tensor_information",
-    "is_torch_tensor",
-    "is_torch_version",
-    "is_torch_xla_available",
-    "listify",
-    "pad_across_processes",
-    "pad_input_tensors",
-    "recursively_apply",
-    "reduce",
-    "send_to_device",
-    "slice_tensors",
-]
+__all__ = names_of(__name__)

@@ -1,57 +1,27 @@
-"""The module path ``accelerate.utils.other``: the names of :mod:`nbaccel.utils` it
-holds, so that ``from accelerate.utils.other import ...`` runs with only the import
-changed."""
+"""The module path ``accelerate.utils.other``: the names of ``accelerate.utils`` it holds,
+so that ``from accelerate.utils.other import ...`` runs with only the import changed."""
 
-from . import (
-    DistributedType,
-    check_os_kernel,
-    clean_state_dict_for_safetensors,
-    compile_regions,
-    convert_bytes,
-    extract_model_from_parallel,
-    get_module_children_bottom_up,
-    get_pretty_name,
-    has_compiled_regions,
-    id_tensor_storage,
-    is_compiled_module,
+# ruff: noqa: F401  (re-exports: __all__ comes from nbaccel.module_paths)
+
+from ..checkpoint.simple import load, save
+from ..config.files import write_basic_config
+from ..describe import convert_bytes, get_pretty_name
+from ..enums import DistributedType
+from ..environment.availability import (
     is_deepspeed_available,
     is_port_in_use,
     is_torch_version,
     is_torch_xla_available,
     is_weights_only_available,
-    load,
-    merge_dicts,
-    model_has_dtensor,
-    recursive_getattr,
-    reduce,
-    save,
-    wait_for_everyone,
-    write_basic_config,
 )
+from ..environment.patching import check_os_kernel
+from ..modeling.compiled import compile_regions, has_compiled_regions, is_compiled_module
+from ..modeling.storage import clean_state_dict_for_safetensors, id_tensor_storage
+from ..modeling.unwrap import extract_model_from_parallel, model_has_dtensor
+from ..modeling.walk import get_module_children_bottom_up, recursive_getattr
+from ..module_paths import names_of
+from ..ops.collectives import reduce
+from ..ops.nested import merge_dicts
+from ..process_control import wait_for_everyone
 
-__all__ = [
-    "DistributedType",
-    "check_os_kernel",
-    "clean_state_dict_for_safetensors",
-    "compile_regions",
-    "convert_bytes",
-    "extract_model_from_parallel",
-    "get_module_children_bottom_up",
-    "get_pretty_name",
-    "has_compiled_regions",
-    "id_tensor_storage",
-    "is_compiled_module",
-    "is_deepspeed_available",
-    "is_port_in_use",
-    "is_torch_version",
-    "is_torch_xla_available",
-    "is_weights_only_available",
-    "load",
-    "merge_dicts",
-    "model_has_dtensor",
-    "recursive_getattr",
-    "reduce",
-    "save",
-    "wait_for_everyone",
-    "write_basic_config",
-]
+__all__ = names_of(__name__)

@@ -1,10 +1,11 @@
-"""The module path ``accelerate.utils.random``: the names of :mod:`nbaccel.utils` it
-holds, so that ``from accelerate.utils.random import ...`` runs with only the import
-changed."""
+"""The module path ``accelerate.utils.random``: the names of ``accelerate.utils`` it holds,
+so that ``from accelerate.utils.random import ...`` runs with only the import changed."""
 
-from . import (
-    DistributedType,
-    RNGType,
+# ruff: noqa: F401  (re-exports: __all__ comes from nbaccel.module_paths)
+
+from ..data.rng import synchronize_rng_state, synchronize_rng_states
+from ..enums import DistributedType, RNGType
+from ..environment.availability import (
     is_hpu_available,
     is_mlu_available,
     is_musa_available,
@@ -13,23 +14,8 @@ from . import (
     is_sdaa_available,
     is_torch_xla_available,
     is_xpu_available,
-    set_seed,
-    synchronize_rng_state,
-    synchronize_rng_states,
 )
+from ..module_paths import names_of
+from ..seeding import set_seed
 
-__all__ = [
-    "DistributedType",
-    "RNGType",
-    "is_hpu_available",
-    "is_mlu_available",
-    "is_musa_available",
-    "is_neuron_available",
-    "is_npu_available",
-    "is_sdaa_available",
-    "is_torch_xla_available",
-    "is_xpu_available",
-    "set_seed",
-    "synchronize_rng_state",
-    "synchronize_rng_states",
-]
+__all__ = names_of(__name__)

@@ -1,10 +1,9 @@
-"""The module path ``accelerate.utils.versions``: the names of :mod:`nbaccel.utils` it
-holds, so that ``from accelerate.utils.versions import ...`` runs with only the import
-changed."""
+"""The module path ``accelerate.utils.versions``: the names of ``accelerate.utils`` it holds,
+so that ``from accelerate.utils.versions import ...`` runs with only the import changed."""
 
-from . import compare_versions, is_torch_version
+# ruff: noqa: F401  (re-exports: __all__ comes from nbaccel.module_paths)
 
-__all__ = [
-    "compare_versions",
-    "is_torch_version",
-]
+from ..environment.availability import compare_versions, is_torch_version
+from ..module_paths import names_of
+
+__all__ = names_of(__name__)

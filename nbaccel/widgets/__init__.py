@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..environment import in_notebook
 from .form import PanelValues, validate
 from .hardware import Hardware
 from .state import DashboardState
@@ -28,7 +29,6 @@ __all__ = [
 
 def widgets_available() -> bool:
     """True when ipywidgets imports and this process is a Jupyter kernel."""
-    from ..environment import in_notebook
 
     if not in_notebook():
         return False
@@ -44,10 +44,12 @@ def launch_dashboard(display: bool = True) -> Any:
     ipywidgets (displayed now when ``display``), plain text otherwise."""
     if not widgets_available():
         return TextDashboard()
+    # the widgets import ipywidgets, optional (the widgets extra)
     from .dashboard import LaunchDashboard
 
     board = LaunchDashboard()
     if display:
+        # IPython is there only in a notebook (the notebook extra)
         from IPython.display import display as show
 
         show(board)
@@ -56,10 +58,12 @@ def launch_dashboard(display: bool = True) -> Any:
 
 def __getattr__(name: str) -> Any:
     if name == "ConfigPanel":
+        # the widgets import ipywidgets, optional (the widgets extra)
         from .panel import ConfigPanel
 
         return ConfigPanel
     if name == "LaunchDashboard":
+        # the widgets import ipywidgets, optional (the widgets extra)
         from .dashboard import LaunchDashboard
 
         return LaunchDashboard

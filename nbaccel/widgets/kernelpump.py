@@ -70,6 +70,7 @@ def open_message_pump() -> MessagePump | None:
 
 def _running_kernel() -> Any:
     try:
+        # IPython is there only in a notebook (the notebook extra)
         from IPython import get_ipython
     except ImportError:
         return None
@@ -87,6 +88,7 @@ class _Reader:
         self._held: list[Any] = []
 
     def poll(self) -> None:
+        # zmq comes with ipykernel, there only in a notebook (the notebook extra)
         import zmq
 
         while self._socket.poll(0, zmq.POLLIN):

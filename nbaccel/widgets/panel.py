@@ -21,6 +21,7 @@ from ..config import (
     write_location,
 )
 from ..config.fsdp import SHARDING_STRATEGIES, STATE_DICT_TYPES, WRAP_POLICIES
+from ..launch.parent.notebook import notebook_launcher
 from .codegen import show_code
 from .dashboard import LaunchDashboard
 from .form import START_METHODS, PanelValues, launch_options, validate
@@ -331,7 +332,6 @@ class ConfigPanel(widgets.VBox):
         if self.errors:
             self._status("fix the settings marked above first", error=True)
             raise ValueError(f"invalid settings: {self.errors}")
-        from ..launch.parent.notebook import notebook_launcher
 
         board = LaunchDashboard()
         self.dashboard, self.results, self.error = board, None, None

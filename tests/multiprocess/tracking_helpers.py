@@ -16,7 +16,7 @@ from nbaccel import Accelerator, LoggerType
 from nbaccel.logging import get_logger
 from nbaccel.tracking import GeneralTracker, on_main_process, progress
 
-_A = Accelerator  # tracking is part of the Accelerator (TrackingMixin is among its bases)
+_A = Accelerator  # tracking is one of the Accelerator's parts (nbaccel.training.tracking)
 
 
 LOSSES = [1.0, 0.5, 0.25]

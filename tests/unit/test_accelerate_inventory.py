@@ -13,6 +13,7 @@ from inventory_check import entry_problems, load_inventory
 
 import nbaccel
 import nbaccel.utils
+from nbaccel.module_paths import names_of
 
 # Areas nbaccel leaves out: the names may be absent. Reason -> names, space-separated
 # ("Section:name" for class members; plain names stand for "accelerate" and "accelerate.utils").
@@ -110,6 +111,10 @@ def _listed(table: Any, section: str, name: str) -> bool:
     return (name in table and plain) or f"{section}:{name}" in table
 
 
+# The module sections' paths in nbaccel: their names are the table's (nbaccel.module_paths).
+PATHS = {"accelerate": "nbaccel", "accelerate.utils": "nbaccel.utils"}
+OFFERED = {section: set(names_of(path)) for section, path in PATHS.items()}
+
 # Where each section's names live in nbaccel (the state classes' attributes are properties).
 TARGETS: dict[str, Any] = {
     "accelerate": nbaccel,
@@ -132,6 +137,8 @@ def test_name_matches_accelerate(section: str, name: str, entry: dict[str, Any])
         return
     target = TARGETS[section]
     assert hasattr(target, name), f"{section}.{name} is missing from nbaccel"
+    if section in OFFERED:
+        assert name in OFFERED[section], f"{section}.{name} is not in nbaccel.module_paths"
     if not _listed(DIFFERS, section, name):
         assert entry_problems(entry, getattr(target, name)) == [], f"{section}.{name}"
 
@@ -147,3 +154,4 @@ def test_out_of_scope_names_are_really_absent_or_checked() -> None:
     """An out-of-scope name that nbaccel does provide is moved out of the table."""
     provided = [n for n in _OUT if ":" not in n and hasattr(nbaccel.utils, n)]
     assert provided == []
+    assert sorted(_OUT & (OFFERED["accelerate"] | OFFERED["accelerate.utils"])) == []

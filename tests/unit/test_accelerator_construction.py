@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-import nbaccel.preparation
+import nbaccel.training.preparation
 from nbaccel import (
     Accelerator,
     AcceleratorState,
@@ -182,13 +182,13 @@ def test_device_placement_false_leaves_models_and_batches_where_they_are(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     moved: list[nn.Module] = []
-    original = nbaccel.preparation.move_model_to_device
+    original = nbaccel.training.preparation.move_model_to_device
 
     def spy(model: nn.Module, device: torch.device) -> None:
         moved.append(model)
         original(model, device)
 
-    monkeypatch.setattr(nbaccel.preparation, "move_model_to_device", spy)
+    monkeypatch.setattr(nbaccel.training.preparation, "move_model_to_device", spy)
     acc = Accelerator(device_placement=False)
     model, loader = acc.prepare(nn.Linear(2, 2), DataLoader(range(4), batch_size=2))
     assert moved == []
@@ -202,7 +202,9 @@ def test_device_placement_false_leaves_models_and_batches_where_they_are(
 
 def test_prepare_device_placement_list_per_object(monkeypatch: pytest.MonkeyPatch) -> None:
     moved: list[nn.Module] = []
-    monkeypatch.setattr(nbaccel.preparation, "move_model_to_device", lambda m, d: moved.append(m))
+    monkeypatch.setattr(
+        nbaccel.training.preparation, "move_model_to_device", lambda m, d: moved.append(m)
+    )
     acc = Accelerator()
     kept, placed = nn.Linear(1, 1), nn.Linear(1, 1)
     acc.prepare(kept, placed, device_placement=[False, True])

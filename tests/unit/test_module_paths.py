@@ -1,15 +1,31 @@
 """Accelerate's module paths exist under nbaccel: code that imports from a submodule
 (``accelerate.utils.memory``, ``accelerate.parallelism_config``, ...) runs with only the import
-changed, and each path gives the very objects of the top-level modules."""
+changed, and each path gives the very objects of the top-level modules.
+
+One table, :mod:`nbaccel.module_paths`, says which paths nbaccel offers, the names at each and
+each name's home (the module where its code lives). A door (a path whose code lives elsewhere)
+holds nothing but the imports of its names from their homes and an ``__all__`` equal to the
+table's names, so the table and the doors cannot drift apart.
+"""
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
+import inspect
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 import nbaccel
 import nbaccel.utils
+from nbaccel import module_paths as table
+
+PACKAGE = Path(nbaccel.__file__).parent
+DOORS = [path for path in [*table.DOORS, *table.UTILS_SUBMODULES] if path != "nbaccel"]
+PATHS = ["nbaccel", *DOORS]  # the package itself also defines code (the IPython hooks)
 
 SUBMODULES = [
     "constants",
@@ -38,7 +54,58 @@ IMPORTS = [
     ("nbaccel.state", ["AcceleratorState", "GradientState", "PartialState"]),
     ("nbaccel.logging", ["get_logger"]),
     ("nbaccel.accelerator", ["Accelerator"]),
+    ("nbaccel.big_modeling", ["init_empty_weights", "infer_auto_device_map"]),
+    ("nbaccel.hooks", ["remove_hook_from_module"]),
+    ("nbaccel.launchers", ["notebook_launcher", "debug_launcher"]),
+    ("nbaccel.optimizer", ["AcceleratedOptimizer"]),
+    ("nbaccel.scheduler", ["AcceleratedScheduler"]),
 ]
+
+
+def _file(path: str) -> Path:
+    """The source file of module ``path`` (a package's ``__init__.py``)."""
+    relative = Path(*path.split(".")[1:])
+    package = PACKAGE / relative / "__init__.py"
+    return package if package.exists() else PACKAGE / relative.with_suffix(".py")
+
+
+def _absolute(path: str, node: ast.ImportFrom) -> str:
+    """The module a ``from ... import`` in module ``path`` names, spelled out."""
+    if not node.level:
+        return node.module or ""
+    is_package = _file(path).name == "__init__.py"
+    parts = path.split(".") if is_package else path.split(".")[:-1]
+    parts = parts[: len(parts) - (node.level - 1)]
+    return ".".join([*parts, *([node.module] if node.module else [])])
+
+
+def _is_all(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [
+        "__all__"
+    ]
+
+
+@functools.cache
+def _defined(path: str) -> set[str]:
+    """The names module ``path`` defines at its top level (functions, classes, assignments)."""
+    names = set()
+    for node in ast.parse(_file(path).read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        targets += [node.target] if isinstance(node, ast.AnnAssign) else []
+        names.update(target.id for target in targets if isinstance(target, ast.Name))
+    return names
+
+
+def _only_imports(source: str) -> bool:
+    """True for a module of nothing but a docstring, imports and ``__all__``."""
+    return all(
+        isinstance(node, (ast.Import, ast.ImportFrom))
+        or _is_all(node)
+        or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+        for node in ast.parse(source).body
+    )
 
 
 @pytest.mark.parametrize("name", SUBMODULES)
@@ -49,6 +116,10 @@ def test_each_utils_submodule_reexports_the_objects_of_nbaccel_utils(name: str) 
         assert getattr(module, attr) is getattr(nbaccel.utils, attr), attr
 
 
+def test_the_table_holds_every_utils_submodule() -> None:
+    assert sorted(table.UTILS_SUBMODULES) == [f"nbaccel.utils.{name}" for name in SUBMODULES]
+
+
 @pytest.mark.parametrize(("path", "names"), IMPORTS, ids=[p for p, _ in IMPORTS])
 def test_the_module_paths_accelerates_tests_import_from(path: str, names: list[str]) -> None:
     module = importlib.import_module(path)
@@ -57,3 +128,64 @@ def test_the_module_paths_accelerates_tests_import_from(path: str, names: list[s
         top = getattr(nbaccel.utils, name, None) or getattr(nbaccel, name, None)
         if top is not None:
             assert value is top, f"{path}.{name} is not nbaccel's {name}"
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_all_is_the_tables_names(path: str) -> None:
+    exported = importlib.import_module(path).__all__
+    assert sorted(exported) == table.names_of(path)
+    assert len(set(exported)) == len(exported), f"{path}.__all__ names a name twice"
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_each_name_is_the_object_of_its_home(path: str) -> None:
+    """The table's home is where the code lives: the object is the home's, the home defines
+    the name (it does not import it), and a function's or class's ``__module__`` is the home."""
+    module = importlib.import_module(path)
+    for name, home in table.homes(path).items():
+        value: Any = getattr(module, name)
+        assert value is getattr(importlib.import_module(home), name), f"{path}.{name}"
+        assert name in _defined(home), f"{home} imports {name}: the table names its home"
+        if inspect.isclass(value) or inspect.isfunction(value):
+            assert value.__module__ == home, f"{path}.{name} lives in {value.__module__}"
+
+
+@pytest.mark.parametrize("path", DOORS)
+def test_a_door_holds_only_the_imports_of_its_names_from_their_homes(path: str) -> None:
+    source = _file(path).read_text(encoding="utf-8")
+    assert _only_imports(source), f"{path} holds code; its code belongs in a home module"
+    imported = set()
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.ImportFrom) or _absolute(path, node) == table.__name__:
+            continue
+        for alias in node.names:
+            assert alias.asname is None, f"{path} renames {alias.name}: give the home that name"
+            imported.add((alias.name, _absolute(path, node)))
+    assert imported == set(table.homes(path).items())
+    assert path not in table.homes(path).values(), f"{path} is a door: its homes are elsewhere"
+
+
+def test_a_top_level_module_of_only_imports_is_a_door_of_the_table() -> None:
+    """No re-export pile outside Accelerate's paths: such a module is a door, or goes."""
+    piles = [
+        f"nbaccel.{file.stem}"
+        for file in sorted(PACKAGE.glob("*.py"))
+        if file.stem != "__init__" and _only_imports(file.read_text(encoding="utf-8"))
+    ]
+    assert piles and sorted(set(piles) - set(DOORS)) == []
+
+
+def test_each_name_has_one_home_at_each_path() -> None:
+    for path, homes in table.DOORS.items():
+        names = [name for listed in homes.values() for name in listed.split()]
+        assert len(names) == len(set(names)), path
+    utils = table.homes("nbaccel.utils")
+    for path, listed in table.UTILS_SUBMODULES.items():
+        assert sorted(set(listed.split()) - set(utils)) == [], f"{path} names beyond utils"
+
+
+@pytest.mark.parametrize("path", table.AT_HOME)
+def test_the_paths_where_nbaccel_code_lives_itself_import(path: str) -> None:
+    module = importlib.import_module(path)
+    assert module.__all__ and all(hasattr(module, name) for name in module.__all__)
+    assert path not in table.DOORS

@@ -28,7 +28,7 @@ from nbaccel.tracking import (
 from nbaccel.tracking import registry as tracker_registry
 from nbaccel.tracking.mlflow import tracking_uri_for
 
-_A = Accelerator  # tracking is part of the Accelerator (TrackingMixin is among its bases)
+_A = Accelerator  # tracking is one of the Accelerator's parts (nbaccel.training.tracking)
 
 
 class _Mine(GeneralTracker):

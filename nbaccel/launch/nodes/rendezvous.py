@@ -223,6 +223,7 @@ def bound_handler(
 ) -> Any:
     """torch's DynamicRendezvousHandler over a store nbaccel opened (bound to one address);
     ``backend_name`` is the name it registers under (torch's agent checks it)."""
+    # torchrun's rendezvous is slow to import and only elastic launches use it
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
         C10dRendezvousBackend,
     )

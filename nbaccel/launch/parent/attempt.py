@@ -10,6 +10,7 @@ from typing import Any
 
 import cloudpickle
 
+from ...config.fsdp import FsdpConfig
 from ...environment import hardware_description
 from ..config import LaunchConfig
 from ..nodes.meeting import Meeting, meet_machines
@@ -41,8 +42,6 @@ def banner(config: LaunchConfig, method: str, verb: str = "Launching") -> str:
         precision = f", mixed precision {config.mixed_precision}"
     count = config.num_processes
     if config.fsdp_config is not None:
-        from ...config.fsdp import FsdpConfig
-
         precision += f", FSDP ({FsdpConfig(config.fsdp_config).describe(config.cpu)})"
     return f"{verb} {count} processes on {where}{nodes} with {method} ({backend}){precision}."
 

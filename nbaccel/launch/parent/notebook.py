@@ -18,6 +18,7 @@ from .attempt import LaunchPlan
 from .dashboards import Board, open_dashboard
 from .errors import LaunchStopped, WorkerError
 from .variables import temporary_environment
+from .xla import launch_xla
 
 __all__ = ["debug_launcher", "notebook_launcher", "refuse_existing_state"]
 
@@ -146,8 +147,6 @@ def _dispatch(
 ) -> list[Any]:
     """Run the launch on the path the config asks for (TPU, in this process, or workers)."""
     if config.accelerator == "xla":
-        from .xla import launch_xla
-
         return launch_xla(function, call_args, call_kwargs, config)
     if config.num_processes == 1 and not config.multi_node:
         return _with_restarts(

@@ -76,6 +76,7 @@ class CellRenderer:
         """Publish one display message of a rank (if that rank is shown)."""
         if not self._prepare(event.rank):
             return
+        # IPython is there only in a notebook (the notebook extra)
         from IPython.display import clear_output, publish_display_data
 
         if event.kind == "clear":
@@ -170,6 +171,7 @@ def cell_renderer(
 
 
 def _bar_class() -> type:
+    # tqdm's notebook bar needs ipywidgets (the widgets extra)
     from tqdm.notebook import tqdm_notebook
 
     class ParentBar(tqdm_notebook):

@@ -65,6 +65,7 @@ def launch_xla(
     config: LaunchConfig,
 ) -> list[Any]:
     """Run ``function`` on every XLA core of this host; return the results by core index."""
+    # torch_xla is installed on TPU hosts only
     import torch_xla.distributed.xla_multiprocessing as xmp
 
     nprocs = 1 if config.num_processes == 1 else None

@@ -37,6 +37,7 @@ def notebook_bars_build(factory: Callable[..., Any], load: bool = False) -> bool
 
 
 def _text_bar(*args: Any, **kwargs: Any) -> Any:
+    # tqdm loads in a worker only once it draws a bar
     import tqdm.std
 
     kwargs.pop("display", None)  # tqdm.notebook-only argument

@@ -36,6 +36,7 @@ def _flush_text() -> None:
 
 
 def _publisher_class() -> type:
+    # IPython is there only in a notebook (the notebook extra)
     from IPython.core.displaypub import DisplayPublisher
 
     class WorkerDisplayPublisher(DisplayPublisher):
@@ -84,10 +85,12 @@ def _worker_shell() -> Any:
     """
     if sys.stdin is None or sys.stdin.closed:  # spawn closes it; IPython 7 asks it isatty()
         sys.stdin = open(os.devnull)  # noqa: SIM115 - the worker's stdin for its lifetime
+    # IPython is there only in a notebook (the notebook extra)
     from IPython.core.interactiveshell import InteractiveShell
 
     if InteractiveShell.initialized():
         return InteractiveShell.instance()
+    # traitlets comes with IPython (the notebook extra)
     from traitlets.config import Config
 
     try:  # tqdm.auto takes a loaded ipykernel shell module as the sign of a notebook
@@ -135,6 +138,7 @@ class _NullFile:
 
 
 def _bar_class(send: Send, rank: int) -> type:
+    # tqdm loads in a worker only once it draws a bar
     from tqdm.asyncio import tqdm_asyncio
 
     class WorkerBar(tqdm_asyncio):

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ...environment import read_launch_environment
+from ...state import PartialState
 from ...state.handshake import enter
 from ...state.registry import STATE, reset_registry
 from ..events import RankStateEvent
@@ -113,7 +114,6 @@ def _run_one_task(spec: WorkerSpec, channel: _Channel) -> int:
 def _serve_tasks(spec: WorkerSpec, channel: _Channel) -> int:
     """A pool: join the group once, then run each task read from the task pipe until told to
     stop. SIGINT is ignored between tasks and raises ``KeyboardInterrupt`` inside one."""
-    from ...state import PartialState
 
     state = PartialState()
     namespace: dict[str, Any] = {

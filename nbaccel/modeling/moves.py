@@ -1,27 +1,20 @@
-"""Model helpers: find tied parameters and keep them tied when a model moves device.
+"""Moving a model to a device: tied weights stay tied, and optimizers follow the parameters.
 
 Moving a model to an XLA (TPU) device replaces its parameters with new ones instead of
 changing them in place, so weights that were shared (an embedding tied to the output layer)
 become independent copies. :func:`move_model_to_device` records the ties, moves the model and
-ties again whatever the move untied.
+ties again whatever the move untied; :class:`ParameterMoves` points optimizers at the new
+parameters.
 """
 
 from __future__ import annotations
 
-from types import MethodType
 from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = [
-    "ParameterMoves",
-    "compile_regions",
-    "find_tied_parameters",
-    "move_model_to_device",
-    "recompiled",
-    "retie_parameters",
-]
+__all__ = ["ParameterMoves", "find_tied_parameters", "move_model_to_device", "retie_parameters"]
 
 
 def find_tied_parameters(model: nn.Module, **kwargs: Any) -> list[list[str]]:
@@ -60,61 +53,6 @@ def move_model_to_device(model: nn.Module, target: torch.device | str | torch.dt
     if tied:
         retie_parameters(model, tied)
     return model
-
-
-def recompiled(model: nn.Module, inner: nn.Module) -> nn.Module:
-    """``inner`` inside ``model``'s ``torch.compile`` wrapper when ``model`` is compiled.
-
-    ``model`` is a prepared model and ``inner`` the user's model taken out of its wrappers.
-    When ``model`` is a compiled module whose compiled module is ``inner`` already, it comes
-    back as it is; when it compiled a wrapper (DDP, FSDP), a new compiled module with the same
-    settings wraps ``inner``. The prepared model is never modified. Not compiled: ``inner``.
-    """
-    from torch._dynamo.eval_frame import OptimizedModule
-
-    if not isinstance(model, OptimizedModule):
-        return inner
-    if model._orig_mod is inner:
-        return model
-    return OptimizedModule(inner, model.dynamo_ctx)
-
-
-def _repeated_blocks(module: nn.Module) -> bool:
-    """A ``ModuleList`` whose children all share one class."""
-    return (
-        isinstance(module, nn.ModuleList)
-        and len(module) > 0
-        and all(isinstance(m, type(module[0])) for m in module)
-    )
-
-
-def _compile_parts(module: nn.Module, **compile_kwargs: Any) -> nn.Module:
-    if _repeated_blocks(module):
-        blocks: Any = module
-        compiled: list[Any] = [torch.compile(m, **compile_kwargs) for m in blocks]
-        return nn.ModuleList(compiled)
-    if not any(_repeated_blocks(m) for m in module.modules()):
-        return torch.compile(module, **compile_kwargs)  # type: ignore[return-value]
-    copy = module.__class__.__new__(module.__class__)
-    copy.__dict__.update(module.__dict__)
-    for name, value in list(copy.__dict__.items()):  # methods bound to the original
-        if isinstance(value, MethodType) and value.__self__ is module:
-            copy.__dict__[name] = MethodType(value.__func__, copy)
-    copy._modules = {}
-    for name, child in module.named_children():
-        copy.add_module(name, _compile_parts(child, **compile_kwargs))
-    return copy
-
-
-def compile_regions(module: nn.Module, **compile_kwargs: Any) -> nn.Module:
-    """Regional compilation: each block of a repeated ``ModuleList`` (a transformer's layers)
-    is compiled on its own, so the compiler's cache serves the others, and the rest of the
-    model separately. Returns a new module sharing ``module``'s parameters (``module`` is
-    unchanged, and reachable as ``_orig_mod``); ``compile_kwargs`` go to ``torch.compile``."""
-    compiled = _compile_parts(module, **compile_kwargs)
-    if "_orig_mod" not in compiled.__dict__:
-        compiled.__dict__["_orig_mod"] = module
-    return compiled
 
 
 class ParameterMoves:

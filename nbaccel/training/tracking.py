@@ -1,23 +1,16 @@
-"""``TrackingMixin``: the Accelerator's tracking methods (init_trackers, log, ...)."""
+"""The Accelerator's tracking part: init_trackers, log, get_tracker, end_training."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..launch.events import report_metrics
-from .base import GeneralTracker, scalar_value
-from .registry import create_tracker, resolve_log_with
+from ..plugins import ProjectConfiguration
+from ..state import AcceleratorState
+from ..tracking.base import GeneralTracker, scalar_value
+from ..tracking.registry import create_tracker, resolve_log_with
 
-__all__ = ["TrackingMixin"]
-
-
-@dataclass
-class _Tracking:
-    """What one Accelerator holds for tracking (created on first use)."""
-
-    trackers: list[GeneralTracker] = field(default_factory=list)
-    elsewhere: list[str] = field(default_factory=list)  # names running on another process
+__all__ = ["Tracking"]
 
 
 def _numbers(values: dict[str, Any]) -> dict[str, float]:
@@ -29,25 +22,22 @@ def _numbers(values: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-class TrackingMixin:
-    """Experiment tracking for the Accelerator.
+class Tracking:
+    """Experiment tracking for the Accelerator (see ``docs/tracking.md``).
 
-    Works from the Accelerator's ``log_with``, ``project_configuration`` and ``state``;
-    keeps its own record in ``_tracking_record`` (created on first use). Trackers act on
-    the main process only (a custom tracker with ``main_process_only = False`` acts on
-    every process). See ``docs/tracking.md``.
+    Owns the trackers this process started and the names of those that run on another
+    process. Trackers act on the main process only (a custom tracker with
+    ``main_process_only = False`` acts on every process).
     """
 
-    log_with: Any
-    project_configuration: Any
-    state: Any
-
-    def _tracking(self) -> _Tracking:
-        record = self.__dict__.get("_tracking_record")
-        if record is None:
-            record = _Tracking()
-            self.__dict__["_tracking_record"] = record
-        return record
+    def __init__(
+        self, log_with: Any, project_configuration: ProjectConfiguration, state: AcceleratorState
+    ) -> None:
+        self.log_with = log_with
+        self.project_configuration = project_configuration
+        self.state = state
+        self._trackers: list[GeneralTracker] = []
+        self._elsewhere: list[str] = []  # names running on another process
 
     def _acts_here(self, tracker: GeneralTracker) -> bool:
         return not getattr(tracker, "main_process_only", True) or bool(self.state.is_main_process)
@@ -55,7 +45,7 @@ class TrackingMixin:
     @property
     def trackers(self) -> list[GeneralTracker]:
         """The trackers started by :meth:`init_trackers` on this process."""
-        return self._tracking().trackers
+        return self._trackers
 
     def init_trackers(
         self,
@@ -82,18 +72,17 @@ class TrackingMixin:
         if config is not None and not isinstance(config, dict):
             raise TypeError(f"init_trackers(config=...) must be a dict, got {type(config)}.")
         logging_dir = self.project_configuration.logging_dir
-        record = self._tracking()
         started: list[GeneralTracker] = []
         for item in resolve_log_with(self.log_with, logging_dir):
             if isinstance(item, GeneralTracker):
                 tracker = item
             elif not self.state.is_main_process:
-                record.elsewhere.append(item)
+                self._elsewhere.append(item)
                 continue
             else:
                 kwargs = dict((init_kwargs or {}).get(item, {}))
                 tracker = create_tracker(item, project_name, logging_dir, kwargs)
-            record.trackers.append(tracker)
+            self._trackers.append(tracker)
             started.append(tracker)
         for tracker in started:
             if self._acts_here(tracker):
@@ -138,11 +127,10 @@ class TrackingMixin:
         for tracker in self.trackers:
             if tracker.name == name:
                 return tracker.tracker if unwrap else tracker
-        record = self._tracking()
-        if name in record.elsewhere or (not self.trackers and not self.state.is_main_process):
+        if name in self._elsewhere or (not self.trackers and not self.state.is_main_process):
             blank = GeneralTracker(_blank=True)
             return blank.tracker if unwrap else blank
-        names = [t.name for t in self.trackers] + record.elsewhere
+        names = [t.name for t in self.trackers] + self._elsewhere
         hint = "" if names else " Call init_trackers(...) first, with log_with set."
         raise ValueError(f"{name!r} is not one of this Accelerator's trackers {names}.{hint}")
 

@@ -13,13 +13,17 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from .data import DataLoaderConfiguration, prepare_data_loader
-from .model_tools import check_quantized_placement
-from .modeling import ParameterMoves, compile_regions, move_model_to_device
-from .optim import AcceleratedOptimizer, AcceleratedScheduler
-from .plugins import TorchDynamoPlugin
-from .precision import Precision
-from .strategies import Strategy
+from ..data import DataLoaderConfiguration, prepare_data_loader
+from ..modeling import (
+    ParameterMoves,
+    check_quantized_placement,
+    compile_regions,
+    move_model_to_device,
+)
+from ..optim import AcceleratedOptimizer, AcceleratedScheduler
+from ..plugins import TorchDynamoPlugin
+from ..precision import Precision
+from ..strategies import Strategy
 
 __all__ = ["Preparer"]
 _DDP = nn.parallel.DistributedDataParallel

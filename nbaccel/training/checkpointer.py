@@ -1,4 +1,4 @@
-"""The Accelerator's checkpointing methods: save_state / load_state, hooks, registered
+"""The Accelerator's checkpointing part: save_state / load_state, hooks, registered
 objects, save_model, get_state_dict and save."""
 
 from __future__ import annotations
@@ -17,18 +17,10 @@ from safetensors.torch import save as safetensors_bytes
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from ..accumulation import AccumulationCounter
-from ..ops import broadcast_object_list
-from ..plugins import ProjectConfiguration
-from ..preparation import Preparer
-from ..state import AcceleratorState
-from ..state.handshake import enter
-from ..strategies import FSDPStrategy, Strategy
-from ..validation import check_bool, check_instance, check_path
-from .export import save_model_files
-from .files import dedupe_shared, save_object, save_tensors
-from .interrupts import terminated_cleanly
-from .layout import (
+from ..checkpoint.export import save_model_files
+from ..checkpoint.files import dedupe_shared, save_object, save_tensors
+from ..checkpoint.interrupts import terminated_cleanly
+from ..checkpoint.layout import (
     checkpoint_dirs,
     make_dirs,
     publish,
@@ -36,9 +28,23 @@ from .layout import (
     staging_dir,
     write_manifest,
 )
-from .state import StateObjects, load_state_files, save_loader_states, save_state_files
+from ..checkpoint.state import (
+    StateObjects,
+    load_state_files,
+    save_loader_states,
+    save_state_files,
+)
+from ..ops import broadcast_object_list
+from ..plugins import ProjectConfiguration
+from ..precision import Precision
+from ..state import AcceleratorState
+from ..state.handshake import enter
+from ..strategies import FSDPStrategy, Strategy
+from ..validation import check_bool, check_instance, check_path
+from .preparation import Preparer
+from .steps import TrainingSteps
 
-__all__ = ["CheckpointingMixin"]
+__all__ = ["Checkpointer"]
 
 
 @dataclasses.dataclass
@@ -53,27 +59,34 @@ class _Registry:
     )
 
 
-class CheckpointingMixin:
-    """Checkpointing for :class:`~nbaccel.Accelerator` (see ``docs/checkpointing.md``)."""
+class Checkpointer:
+    """Checkpointing for :class:`~nbaccel.Accelerator` (see ``docs/checkpointing.md``).
 
-    state: AcceleratorState
-    project_configuration: ProjectConfiguration
-    strategy: Strategy
-    scaler: Any
-    step: int
-    _preparer: Preparer
-    _accumulation: AccumulationCounter
+    Owns the registered objects and the save/load hooks; reads the prepared objects from the
+    preparer and the counters from the training-step part.
+    """
+
+    def __init__(
+        self,
+        state: AcceleratorState,
+        project_configuration: ProjectConfiguration,
+        strategy: Strategy,
+        preparer: Preparer,
+        precision: Precision,
+        steps: TrainingSteps,
+    ) -> None:
+        self.state = state
+        self.project_configuration = project_configuration
+        self.strategy = strategy
+        self._preparer = preparer
+        self._precision = precision
+        self._steps = steps
+        self._registry = _Registry()
 
     @property
-    def _checkpointing(self) -> _Registry:
-        registry = self.__dict__.get("_checkpoint_registry")
-        if registry is None:
-            registry = self.__dict__["_checkpoint_registry"] = _Registry()
-        return registry
-
-    @property
-    def _custom_objects(self) -> list[Any]:
-        return self._checkpointing.custom
+    def custom_objects(self) -> list[Any]:
+        """The objects given to :meth:`register_for_checkpointing`."""
+        return self._registry.custom
 
     @property
     def save_iteration(self) -> int:
@@ -107,12 +120,12 @@ class CheckpointingMixin:
                 "register_for_checkpointing: every object must have state_dict() and "
                 f"load_state_dict() methods; these do not:\n{listed}"
             )
-        self._custom_objects.extend(objects)
+        self.custom_objects.extend(objects)
 
     def register_save_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
         """Call ``hook(models, weights, output_dir)`` in ``save_state`` before anything is
         written; it may change ``weights`` (the state dicts to save) or remove entries."""
-        hooks = self._checkpointing.save_hooks
+        hooks = self._registry.save_hooks
         handle = RemovableHandle(hooks)
         hooks[handle.id] = hook
         return handle
@@ -120,7 +133,7 @@ class CheckpointingMixin:
     def register_load_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
         """Call ``hook(models, input_dir)`` in ``load_state`` before anything is loaded; models
         it removes from the list are not loaded."""
-        hooks = self._checkpointing.load_hooks
+        hooks = self._registry.load_hooks
         handle = RemovableHandle(hooks)
         hooks[handle.id] = hook
         return handle
@@ -176,7 +189,7 @@ class CheckpointingMixin:
                     make_dirs(target.parent)
                     remove_stale_staging(target, keep=staging)
                     staging.mkdir(exist_ok=True)
-                self.wait_for_everyone()
+                self.state.wait_for_everyone()
                 self._write_and_publish(staging, target, token, publisher, safe_serialization)
             except BaseException:
                 if publisher:  # leave no half checkpoint behind (the previous one is untouched)
@@ -194,11 +207,12 @@ class CheckpointingMixin:
         fsdp = self._fsdp()
         sharded = fsdp is not None and fsdp.sharded_checkpoints
         weights = [] if sharded else [self._full_state_dict(model) for model in models]
-        for hook in list(self._checkpointing.save_hooks.values()):
+        for hook in list(self._registry.save_hooks.values()):
             hook(models, weights, str(staging))
         if fsdp is None:
             objects = self._state_objects(weights=weights)
         else:  # models and optimizers take FSDP's path; the rest is written as without it
+            # torch.distributed.checkpoint is slow to import: only FSDP runs pay for it
             from ..fsdp.state_dict import save_fsdp_checkpoint
 
             save_fsdp_checkpoint(
@@ -212,7 +226,7 @@ class CheckpointingMixin:
                 everywhere=config.save_on_each_node,
             )
             objects = self._state_objects(optimizers=[])
-        counters = {"step": self.step, "accumulation_step": self._accumulation.step}
+        counters = self._steps.counters()
         save_state_files(
             staging,
             objects,
@@ -221,16 +235,16 @@ class CheckpointingMixin:
             safe_serialization=safe_serialization,
             counters=counters,
         )
-        self.wait_for_everyone()
+        self.state.wait_for_everyone()
         if publisher:
-            info = {"num_processes": self.state.num_processes, "step": self.step}
+            info = {"num_processes": self.state.num_processes, "step": self._steps.step}
             write_manifest(staging, info)
             publish(staging, target, token)
             if config.automatic_checkpoint_naming and config.total_limit is not None:
                 for _, old in checkpoint_dirs(target.parent)[: -config.total_limit]:
                     remove_stale_staging(old)
                     _remove_tree(old)
-        self.wait_for_everyone()
+        self.state.wait_for_everyone()
         if not publisher and self.state.is_local_main_process and staging.exists():
             if sharded:  # this machine's shards are part of the checkpoint: they stay here
                 publish(staging, target, token)
@@ -248,8 +262,8 @@ class CheckpointingMixin:
             optimizers=kwargs.pop("optimizers", list(preparer.optimizers)),
             schedulers=list(preparer.schedulers),
             dataloaders=list(preparer.dataloaders),
-            custom=list(self._custom_objects),
-            scaler=self.scaler,
+            custom=list(self.custom_objects),
+            scaler=self._precision.scaler,
             **kwargs,
         )
 
@@ -282,13 +296,14 @@ class CheckpointingMixin:
         check_path("load_state(input_dir)", input_dir)
         directory = self._load_source(input_dir)
         models = list(self._preparer.models)
-        for hook in list(self._checkpointing.load_hooks.values()):
+        for hook in list(self._registry.load_hooks.values()):
             hook(models, str(directory))
         strict = bool(load_model_func_kwargs.get("strict", True))
         fsdp = self._fsdp()
         if fsdp is None:
             objects = self._state_objects(models=[self.strategy.unwrap_model(m) for m in models])
         else:
+            # torch.distributed.checkpoint is slow to import: only FSDP runs pay for it
             from ..fsdp.state_dict import load_fsdp_checkpoint, manifest_checker
 
             pairs = fsdp.optimizer_pairs(
@@ -304,8 +319,7 @@ class CheckpointingMixin:
             num_processes=self.state.num_processes,
             strict=strict,
         )
-        self.step = counters.get("step", self.step)
-        self._accumulation.step = counters.get("accumulation_step", self._accumulation.step)
+        self._steps.restore(counters)
         config = self.project_configuration
         if config.automatic_checkpoint_naming and input_dir is None:
             config.iteration = int(directory.name.rpartition("_")[2]) + 1
@@ -324,6 +338,7 @@ class CheckpointingMixin:
     ) -> dict[str, torch.Tensor]:
         """``get_state_dict``; FSDP's full one also on each machine's first process when
         ``everywhere`` (``save_on_each_node`` when None: those processes write files)."""
+        # torch.distributed.checkpoint is slow to import: only FSDP runs pay for it
         from ..fsdp.state_dict import full_model_state_dict, is_fsdp_model
 
         if self._fsdp() is not None and is_fsdp_model(model):
@@ -367,10 +382,6 @@ class CheckpointingMixin:
             f.write(safetensors_bytes(tensors, metadata={"format": "pt"}))
         else:
             torch.save(obj, f)
-
-    def wait_for_everyone(self) -> None:
-        """Block until every process gets here."""
-        self.state.wait_for_everyone()
 
 
 def _remove_tree(path: Path) -> None:

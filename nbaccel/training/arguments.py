@@ -5,28 +5,39 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any
+from typing import Any, TypeVar
 
-from .config.resolve import configured_accumulation_steps
-from .data import DataLoaderConfiguration
-from .fsdp import FullyShardedDataParallelPlugin
-from .kwargs_handlers import (
+from ..config.resolve import configured_accumulation_steps, configured_dynamo_plugin
+from ..data import DataLoaderConfiguration
+from ..fsdp import FullyShardedDataParallelPlugin
+from ..fsdp.config_keys import launched_with_fsdp
+from ..kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
     GradScalerKwargs,
     InitProcessGroupKwargs,
     KwargsHandler,
 )
-from .plugins import GradientAccumulationPlugin, ProjectConfiguration, TorchDynamoPlugin
-from .profiling import ProfileKwargs
-from .validation import check_bool, check_instance, check_path, is_int
+from ..plugins import (
+    GradientAccumulationPlugin,
+    ProjectConfiguration,
+    TorchDynamoPlugin,
+    launched_dynamo_plugin,
+)
+from ..profiling import ProfileKwargs
+from ..state.registry import STATE
+from ..validation import check_bool, check_instance, check_path, is_int
 
 __all__ = [
     "UNSET",
     "accumulation_plugin",
     "check_arguments",
     "handler_map",
+    "mixed_precision_of",
+    "project_configuration",
     "resolve_dataloader_config",
+    "resolve_dynamo_plugin",
+    "resolve_fsdp_plugin",
 ]
 
 _HANDLERS = (
@@ -54,7 +65,21 @@ def check_arguments(**given: Any) -> None:
         check_instance(f"Accelerator({name})", given[name], kind, what)
 
 
-def handler_map(kwargs_handlers: list[KwargsHandler] | None) -> dict[type, KwargsHandler]:
+H = TypeVar("H", bound=KwargsHandler)
+
+
+class Handlers:
+    """The ``kwargs_handlers`` given, at most one of each kind, looked up by kind."""
+
+    def __init__(self, found: dict[type, KwargsHandler]) -> None:
+        self._found = found
+
+    def get(self, kind: type[H]) -> H | None:
+        found = self._found.get(kind)
+        return found if isinstance(found, kind) else None
+
+
+def handler_map(kwargs_handlers: list[KwargsHandler] | None) -> Handlers:
     found: dict[type, KwargsHandler] = {}
     for handler in kwargs_handlers or []:
         kind = type(handler)
@@ -64,7 +89,7 @@ def handler_map(kwargs_handlers: list[KwargsHandler] | None) -> dict[type, Kwarg
         if kind in found:
             raise ValueError(f"kwargs_handlers has two {kind.__name__} objects; pass one.")
         found[kind] = handler
-    return found
+    return Handlers(found)
 
 
 def resolve_dataloader_config(
@@ -99,3 +124,44 @@ def accumulation_plugin(
             f"gradient_accumulation_steps={steps!r} is not allowed; it must be an int >= 1."
         )
     return GradientAccumulationPlugin(num_steps=steps)
+
+
+def mixed_precision_of(mixed_precision: str | None, fp16: bool | None) -> str | None:
+    """``mixed_precision``, with the deprecated ``fp16=True`` read as ``"fp16"``."""
+    if fp16:
+        warnings.warn(
+            "fp16=True is deprecated; use mixed_precision='fp16'.", FutureWarning, stacklevel=3
+        )
+        return mixed_precision or "fp16"
+    return mixed_precision
+
+
+def resolve_fsdp_plugin(given: Any) -> Any:
+    """The plugin given; else, for a process's first Accelerator in a launch with FSDP
+    settings, a plugin built from the launch's ``fsdp_config``."""
+    if given is None and STATE.accelerator is None and launched_with_fsdp():
+        return FullyShardedDataParallelPlugin()
+    return given
+
+
+def resolve_dynamo_plugin(
+    backend: Any, plugin: TorchDynamoPlugin | None
+) -> TorchDynamoPlugin | None:
+    """``dynamo_plugin``, else one for ``dynamo_backend``, else the config file's
+    ``dynamo_config``, else the ``ACCELERATE_DYNAMO_*`` variables."""
+    if plugin is not None:
+        return plugin
+    if backend is not None:
+        return TorchDynamoPlugin(backend=backend)
+    return configured_dynamo_plugin() or launched_dynamo_plugin()
+
+
+def project_configuration(
+    config: ProjectConfiguration | None, project_dir: str | None
+) -> ProjectConfiguration:
+    """The project configuration given (or a new one), its directories set from
+    ``project_dir`` when that is given."""
+    config = config or ProjectConfiguration(project_dir=project_dir)
+    if project_dir is not None:
+        config.set_directories(project_dir)
+    return config

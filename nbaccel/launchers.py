@@ -1,0 +1,9 @@
+"""The module path ``accelerate.launchers``: the launchers of
+:mod:`nbaccel.launch.parent.notebook`."""
+
+# ruff: noqa: F401  (re-exports: __all__ comes from nbaccel.module_paths)
+
+from .launch.parent.notebook import debug_launcher, notebook_launcher
+from .module_paths import names_of
+
+__all__ = names_of(__name__)
