@@ -1,50 +1,53 @@
 """nbaccel: train PyTorch models on many processes, GPUs, machines or TPU cores from a notebook."""
 
-# ruff: noqa: F401  (re-exports: __all__ comes from nbaccel.module_paths)
+# ruff: noqa: F401  (re-exports, one line per name and home; __all__ comes from
+# nbaccel.module_paths)
 
 from .accelerator import Accelerator
 from .checkpoint import load_checkpoint_in_model
 from .config import write_basic_config
-from .data import DataLoaderConfiguration, skip_first_batches
+from .data import DataLoaderConfiguration
+from .data import skip_first_batches
 from .data.rng import synchronize_rng_states
-from .enums import (
-    DDPCommunicationHookType,
-    DistributedType,
-    DynamoBackend,
-    LoggerType,
-    PrecisionType,
-    RNGType,
-)
+from .enums import DDPCommunicationHookType
+from .enums import DistributedType
+from .enums import DynamoBackend
+from .enums import LoggerType
+from .enums import PrecisionType
+from .enums import RNGType
 from .environment.availability import is_rich_available
 from .fsdp import FullyShardedDataParallelPlugin
-from .kwargs_handlers import (
-    AutocastKwargs,
-    DistributedDataParallelKwargs,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
-    KwargsHandler,
-)
-from .launch.parent.dashboards import Dashboard, register_dashboard_factory
+from .kwargs_handlers import AutocastKwargs
+from .kwargs_handlers import DistributedDataParallelKwargs
+from .kwargs_handlers import GradScalerKwargs
+from .kwargs_handlers import InitProcessGroupKwargs
+from .kwargs_handlers import KwargsHandler
+from .launch.parent.dashboards import Dashboard
+from .launch.parent.dashboards import register_dashboard_factory
 from .launch.parent.errors import WorkerError
-from .launch.parent.notebook import debug_launcher, notebook_launcher
+from .launch.parent.notebook import debug_launcher
+from .launch.parent.notebook import notebook_launcher
 from .launch.parent.pool import WorkerPool
 from .logging import get_logger
 from .memory import find_executable_batch_size
-from .modeling.creation import init_empty_weights, init_on_device
-from .modeling.offload import (
-    cpu_offload,
-    cpu_offload_with_hook,
-    disk_offload,
-    dispatch_model,
-    infer_auto_device_map,
-    load_checkpoint_and_dispatch,
-)
+from .modeling.creation import init_empty_weights
+from .modeling.creation import init_on_device
+from .modeling.offload import cpu_offload
+from .modeling.offload import cpu_offload_with_hook
+from .modeling.offload import disk_offload
+from .modeling.offload import dispatch_model
+from .modeling.offload import infer_auto_device_map
+from .modeling.offload import load_checkpoint_and_dispatch
 from .module_paths import names_of
 from .parallelism import ParallelismConfig
-from .plugins import GradientAccumulationPlugin, ProjectConfiguration, TorchDynamoPlugin
+from .plugins import GradientAccumulationPlugin
+from .plugins import ProjectConfiguration
+from .plugins import TorchDynamoPlugin
 from .profiling import ProfileKwargs
 from .seeding import set_seed
-from .state import AcceleratorState, GradientState, PartialState
+from .state import AcceleratorState
+from .state import GradientState
+from .state import PartialState
 from .tracking import GeneralTracker
 from .unsupported import DeepSpeedPlugin
 from .version import __version__

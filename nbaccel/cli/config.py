@@ -31,8 +31,12 @@ from ..config.fsdp import FSDP_KEYS
 from ..config.schema import DISTRIBUTED_TYPES, DYNAMO_KEYS, PRECISIONS, RDZV_BACKENDS
 from ..config.values import as_bool, as_choice, as_int, as_port, as_str
 from ..environment import cuda_device_count
+from .parsing import config_file_option
 
-__all__ = ["add_field_flags", "add_parser", "field_values", "run"]
+__all__ = ["NAME", "SUMMARY", "add_arguments", "add_field_flags", "field_values", "run"]
+
+NAME = "config"
+SUMMARY = "write the config file (questions in a terminal, or flags)"
 
 _LIST_FIELDS = ("tpu_env", "tpu_vm")
 _NESTED = ("fsdp_config", "dynamo_config")
@@ -90,22 +94,12 @@ def _apply(base: ConfigFile, changes: dict[str, Any]) -> ConfigFile:
         raise problem.error("the command line") from None
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``config`` and its subcommands."""
-    parser = subparsers.add_parser(
-        "config",
-        help="write the config file (questions in a terminal, or flags)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--config_file",
-        default=None,
-        help="file to write (default: $NBACCEL_CONFIG_FILE, else "
-        "~/.cache/nbaccel/default_config.yaml)",
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``nbaccel config``."""
+    config_file_option(
+        parser, "file to write", "$NBACCEL_CONFIG_FILE, else ~/.cache/nbaccel/default_config.yaml"
     )
     add_field_flags(parser)
-    parser.set_defaults(handler=run)
     sub = parser.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
     default = sub.add_parser("default", help="write sensible defaults for this machine")
     default.add_argument("--config_file", default=None, help="file to write")

@@ -1,4 +1,7 @@
-"""``nbaccel demo``: the quickstart's training run through ``notebook_launcher`` (2 processes)."""
+"""``nbaccel demo``: run the quickstart notebook's training function
+(``nbaccel.examples.quickstart.train``: an MLP on scikit-learn's handwritten digits) through
+``notebook_launcher`` on several processes, then print what every rank returned and the test
+accuracy gathered with ``gather_for_metrics``."""
 
 from __future__ import annotations
 
@@ -11,23 +14,17 @@ from ..environment import cuda_device_count
 from ..examples.quickstart import require_scikit_learn, train
 from ..launch.parent.notebook import notebook_launcher
 
-__all__ = ["add_parser", "run"]
+__all__ = ["NAME", "SUMMARY", "add_arguments", "run"]
+
+NAME = "demo"
+SUMMARY = "train an MLP on the handwritten digits on several processes, the notebook way"
 
 # The accuracy the demo must reach on the digits' test split for the command to succeed.
 ACCURACY_THRESHOLD = 0.9
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register the subcommand."""
-    parser = subparsers.add_parser(
-        "demo",
-        help="train an MLP on the handwritten digits on several processes, the notebook way",
-        description=(
-            "Run the quickstart notebook's training function (nbaccel.examples.quickstart.train:"
-            " an MLP on scikit-learn's handwritten digits) through notebook_launcher, then print"
-            " what every rank returned and the test accuracy gathered with gather_for_metrics."
-        ),
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``nbaccel demo``."""
     parser.add_argument(
         "--num_processes",
         type=int,
@@ -40,12 +37,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--epochs", type=int, default=8, help="passes over the data (default 8)")
     parser.add_argument("--mixed_precision", choices=PRECISIONS, default=None, help="precision")
     parser.add_argument("--cpu", action="store_true", help="use the CPU even if GPUs exist")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Launch the training function and print what each rank returned; 0 if accuracy >= 0.9."""
-
     try:
         require_scikit_learn()
     except ModuleNotFoundError as exc:

@@ -23,21 +23,17 @@ from ..environment import (
     xla_requested,
 )
 from ..version import __version__
+from .parsing import config_file_option
 
-__all__ = ["add_parser", "nccl_version", "package_version", "run"]
+__all__ = ["NAME", "SUMMARY", "add_arguments", "nccl_version", "package_version", "run"]
+
+NAME = "env"
+SUMMARY = "print versions, devices and the config in force (for bug reports)"
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register the subcommand."""
-    parser = subparsers.add_parser(
-        "env",
-        help="print versions, devices and the config in force (for bug reports)",
-        description=__doc__,
-    )
-    parser.add_argument(
-        "--config_file", default=None, help="config file to show (default: the one in force)"
-    )
-    parser.set_defaults(handler=run)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``nbaccel env``."""
+    config_file_option(parser, "config file to show", "the one in force")
 
 
 def package_version(name: str) -> str:

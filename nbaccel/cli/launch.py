@@ -31,8 +31,21 @@ from ..launch.nodes.netif import route_to
 from ..launch.parent.variables import temporary_environment
 from ..validation import is_int
 from .config import add_field_flags, field_values
+from .parsing import config_file_option
 
-__all__ = ["add_launch_options", "add_parser", "execute", "run", "run_entry", "script_command"]
+__all__ = [
+    "NAME",
+    "SUMMARY",
+    "add_arguments",
+    "add_launch_options",
+    "execute",
+    "run",
+    "run_entry",
+    "script_command",
+]
+
+NAME = "launch"
+SUMMARY = "run a script on several processes / machines"
 
 _LOOPBACK = "127.0.0.1"
 _SKIP = ("compute_environment", "distributed_type", "num_processes", "use_cpu", "debug")
@@ -42,9 +55,7 @@ _SKIP_TPU = ("tpu_env", "tpu_use_cluster", "tpu_use_sudo", "tpu_name", "tpu_zone
 
 def add_launch_options(parser: argparse.ArgumentParser) -> None:
     """The options that choose how a script is launched (shared with ``nbaccel test``)."""
-    parser.add_argument(
-        "--config_file", default=None, help="config file (default: the one in force)"
-    )
+    config_file_option(parser, "config file", "the one in force")
     parser.add_argument(
         "--num_processes",
         type=int,
@@ -61,19 +72,12 @@ def add_launch_options(parser: argparse.ArgumentParser) -> None:
     add_field_flags(parser, skip=_SKIP + _SKIP_TPU + _SKIP_LAUNCHER)
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register the subcommand."""
-    parser = subparsers.add_parser(
-        "launch",
-        help="run a script on several processes / machines",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``nbaccel launch``."""
     add_launch_options(parser)
     parser.add_argument("-m", "--module", action="store_true", help="run a module, like python -m")
     parser.add_argument("script", help="the script (or module with -m)")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
-    parser.set_defaults(handler=run)
 
 
 def resolve_from_args(args: argparse.Namespace) -> ResolvedLaunch:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from ..version import __version__
 from . import config, demo, env, launch, merge_weights, test, to_fsdp2
+from .parsing import register
 
 __all__ = ["build_parser", "main"]
 
@@ -18,13 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nbaccel", description=__doc__)
     parser.add_argument("--version", action="version", version=f"nbaccel {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    config.add_parser(subparsers)
-    demo.add_parser(subparsers)
-    env.add_parser(subparsers)
-    launch.add_parser(subparsers)
-    merge_weights.add_parser(subparsers)
-    test.add_parser(subparsers)
-    to_fsdp2.add_parser(subparsers)
+    for command in (config, demo, env, launch, merge_weights, test, to_fsdp2):
+        register(subparsers, command)
     return parser
 
 

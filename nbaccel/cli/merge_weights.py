@@ -7,16 +7,14 @@ import sys
 
 from ..fsdp.merge import merge_checkpoint
 
-__all__ = ["add_parser", "run"]
+__all__ = ["NAME", "SUMMARY", "add_arguments", "run"]
+
+NAME = "merge-weights"
+SUMMARY = "merge a sharded FSDP checkpoint into model.safetensors (or pytorch_model.bin)"
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register the subcommand."""
-    parser = subparsers.add_parser(
-        "merge-weights",
-        help="merge a sharded FSDP checkpoint into model.safetensors (or pytorch_model.bin)",
-        description=__doc__,
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``nbaccel merge-weights``."""
     parser.add_argument(
         "checkpoint_directory",
         metavar="CHECKPOINT_DIR",
@@ -35,7 +33,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="delete CHECKPOINT_DIR once the merged file is written",
     )
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

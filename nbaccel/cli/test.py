@@ -12,21 +12,17 @@ from pathlib import Path
 from ..config import ConfigError, config_in_force, resolve_launch
 from ..testing import sanity
 from .launch import execute
+from .parsing import config_file_option
 
-__all__ = ["add_parser", "run"]
+__all__ = ["NAME", "SUMMARY", "add_arguments", "run"]
+
+NAME = "test"
+SUMMARY = "check the configured launch with a short sanity run"
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register the subcommand."""
-    parser = subparsers.add_parser(
-        "test",
-        help="check the configured launch with a short sanity run",
-        description=__doc__,
-    )
-    parser.add_argument(
-        "--config_file", default=None, help="config file (default: the one in force)"
-    )
-    parser.set_defaults(handler=run)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``nbaccel test``."""
+    config_file_option(parser, "config file", "the one in force")
 
 
 def run(args: argparse.Namespace) -> int:

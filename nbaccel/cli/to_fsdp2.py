@@ -13,27 +13,23 @@ from ..config import (
     load_config_file,
     save_config_file,
 )
+from .parsing import config_file_option
 
-__all__ = ["add_parser", "run"]
+__all__ = ["NAME", "SUMMARY", "add_arguments", "run"]
+
+NAME = "to-fsdp2"
+SUMMARY = "convert a version-1 FSDP config file to the version-2 form"
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register the subcommand."""
-    parser = subparsers.add_parser(
-        "to-fsdp2",
-        help="convert a version-1 FSDP config file to the version-2 form",
-        description=__doc__,
-    )
-    parser.add_argument(
-        "--config_file", default=None, help="file to convert (default: the one in force)"
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``nbaccel to-fsdp2``."""
+    config_file_option(parser, "file to convert", "the one in force")
     parser.add_argument(
         "--output_file", default=None, help="where to write (default: with --overwrite, in place)"
     )
     parser.add_argument(
         "--overwrite", action="store_true", help="allow writing over an existing file"
     )
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

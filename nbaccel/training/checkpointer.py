@@ -59,6 +59,7 @@ class _Registry:
     )
 
 
+@dataclasses.dataclass(eq=False)
 class Checkpointer:
     """Checkpointing for :class:`~nbaccel.Accelerator` (see ``docs/checkpointing.md``).
 
@@ -66,22 +67,13 @@ class Checkpointer:
     preparer and the counters from the training-step part.
     """
 
-    def __init__(
-        self,
-        state: AcceleratorState,
-        project_configuration: ProjectConfiguration,
-        strategy: Strategy,
-        preparer: Preparer,
-        precision: Precision,
-        steps: TrainingSteps,
-    ) -> None:
-        self.state = state
-        self.project_configuration = project_configuration
-        self.strategy = strategy
-        self._preparer = preparer
-        self._precision = precision
-        self._steps = steps
-        self._registry = _Registry()
+    state: AcceleratorState
+    project_configuration: ProjectConfiguration
+    strategy: Strategy
+    preparer: Preparer
+    precision: Precision
+    steps: TrainingSteps
+    _registry: _Registry = dataclasses.field(default_factory=_Registry, init=False)
 
     @property
     def custom_objects(self) -> list[Any]:
@@ -203,7 +195,7 @@ class Checkpointer:
     ) -> None:
         config = self.project_configuration
         staging.mkdir(parents=True, exist_ok=True)  # machines without a shared file system
-        models = list(self._preparer.models)
+        models = list(self.preparer.models)
         fsdp = self._fsdp()
         sharded = fsdp is not None and fsdp.sharded_checkpoints
         weights = [] if sharded else [self._full_state_dict(model) for model in models]
@@ -219,14 +211,14 @@ class Checkpointer:
                 staging,
                 models,
                 weights,
-                fsdp.optimizer_pairs(models, list(self._preparer.optimizers)),
+                fsdp.optimizer_pairs(models, list(self.preparer.optimizers)),
                 sharded=sharded,
                 writer=publisher,
                 safe_serialization=safe_serialization,
                 everywhere=config.save_on_each_node,
             )
             objects = self._state_objects(optimizers=[])
-        counters = self._steps.counters()
+        counters = self.steps.counters()
         save_state_files(
             staging,
             objects,
@@ -237,7 +229,7 @@ class Checkpointer:
         )
         self.state.wait_for_everyone()
         if publisher:
-            info = {"num_processes": self.state.num_processes, "step": self._steps.step}
+            info = {"num_processes": self.state.num_processes, "step": self.steps.step}
             write_manifest(staging, info)
             publish(staging, target, token)
             if config.automatic_checkpoint_naming and config.total_limit is not None:
@@ -252,18 +244,18 @@ class Checkpointer:
             # a machine without a shared file system and without save_on_each_node: like
             # Accelerate, it keeps its processes' random states and the data loader positions
             # in its own directory (the weights stay on the main process's machine)
-            save_loader_states(staging, list(self._preparer.dataloaders))
+            save_loader_states(staging, list(self.preparer.dataloaders))
             publish(staging, target, token)
 
     def _state_objects(self, **kwargs: Any) -> StateObjects:
-        preparer = self._preparer
+        preparer = self.preparer
         return StateObjects(
             models=kwargs.pop("models", []),
             optimizers=kwargs.pop("optimizers", list(preparer.optimizers)),
             schedulers=list(preparer.schedulers),
             dataloaders=list(preparer.dataloaders),
             custom=list(self.custom_objects),
-            scaler=self._precision.scaler,
+            scaler=self.precision.scaler,
             **kwargs,
         )
 
@@ -295,7 +287,7 @@ class Checkpointer:
         checkpoint when ``input_dir`` is None); RNG states and data loader epochs too."""
         check_path("load_state(input_dir)", input_dir)
         directory = self._load_source(input_dir)
-        models = list(self._preparer.models)
+        models = list(self.preparer.models)
         for hook in list(self._registry.load_hooks.values()):
             hook(models, str(directory))
         strict = bool(load_model_func_kwargs.get("strict", True))
@@ -306,9 +298,7 @@ class Checkpointer:
             # torch.distributed.checkpoint is slow to import: only FSDP runs pay for it
             from ..fsdp.state_dict import load_fsdp_checkpoint, manifest_checker
 
-            pairs = fsdp.optimizer_pairs(
-                list(self._preparer.models), list(self._preparer.optimizers)
-            )
+            pairs = fsdp.optimizer_pairs(list(self.preparer.models), list(self.preparer.optimizers))
             checked = manifest_checker(directory)
             load_fsdp_checkpoint(directory, models, pairs, strict=strict, checked=checked)
             objects = self._state_objects(optimizers=[])
@@ -319,7 +309,7 @@ class Checkpointer:
             num_processes=self.state.num_processes,
             strict=strict,
         )
-        self._steps.restore(counters)
+        self.steps.restore(counters)
         config = self.project_configuration
         if config.automatic_checkpoint_naming and input_dir is None:
             config.iteration = int(directory.name.rpartition("_")[2]) + 1

@@ -4,6 +4,7 @@ scaled backward pass, gradient unscaling and clipping."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +19,7 @@ from .preparation import Preparer
 __all__ = ["TrainingSteps"]
 
 
+@dataclasses.dataclass(eq=False)
 class TrainingSteps:
     """Owns the step count and the position inside an accumulation cycle.
 
@@ -26,19 +28,12 @@ class TrainingSteps:
     Both counters are saved in checkpoints (:meth:`counters`, :meth:`restore`).
     """
 
-    def __init__(
-        self,
-        gradient_state: GradientState,
-        precision: Precision,
-        strategy: Strategy,
-        preparer: Preparer,
-    ) -> None:
-        self.gradient_state = gradient_state
-        self.precision = precision
-        self.strategy = strategy
-        self._preparer = preparer  # unscaling reaches every prepared optimizer
-        self.step = 0  # batches seen through accumulate()
-        self.position = 0  # batches into the current accumulation cycle
+    gradient_state: GradientState
+    precision: Precision
+    strategy: Strategy
+    preparer: Preparer  # unscaling reaches every prepared optimizer
+    step: int = dataclasses.field(default=0, init=False)  # batches seen through accumulate()
+    position: int = dataclasses.field(default=0, init=False)  # into the accumulation cycle
 
     # -- counting ------------------------------------------------------------------------------
     def _advance(self) -> bool:
@@ -94,7 +89,7 @@ class TrainingSteps:
         """Unscale fp16 gradients of ``optimizer`` (all prepared ones when None)."""
         if self.precision.scaler is None or not self.gradient_state.sync_gradients:
             return
-        for opt in [optimizer] if optimizer is not None else self._preparer.optimizers:
+        for opt in [optimizer] if optimizer is not None else self.preparer.optimizers:
             opt.unscale_gradients()
 
     def clip_grad_norm_(

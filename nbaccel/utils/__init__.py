@@ -1,204 +1,202 @@
 """The module path ``accelerate.utils``: the names user code imports from it, each from its
 home in nbaccel (:mod:`nbaccel.module_paths` lists them)."""
 
-# ruff: noqa: F401  (re-exports: __all__ comes from nbaccel.module_paths)
+# ruff: noqa: F401  (re-exports, one line per name and home; __all__ comes from
+# nbaccel.module_paths)
 
 from ..checkpoint.export import load_checkpoint_in_model
-from ..checkpoint.simple import convert_file_size_to_int, dtype_byte_size, load, save
+from ..checkpoint.simple import convert_file_size_to_int
+from ..checkpoint.simple import dtype_byte_size
+from ..checkpoint.simple import load
+from ..checkpoint.simple import save
 from ..config.files import write_basic_config
-from ..constants import (
-    BETA_CP_AVAILABLE_PYTORCH_VERSION,
-    BETA_SP_AVAILABLE_DEEPSPEED_VERSION,
-    BETA_TP_AVAILABLE_PYTORCH_VERSION,
-    BETA_TP_AVAILABLE_TRANSFORMERS_VERSION,
-    MITA_PROFILING_AVAILABLE_PYTORCH_VERSION,
-    MODEL_NAME,
-    OPTIMIZER_NAME,
-    PROFILE_PATTERN_NAME,
-    RNG_STATE_NAME,
-    SAFE_MODEL_NAME,
-    SAFE_WEIGHTS_INDEX_NAME,
-    SAFE_WEIGHTS_NAME,
-    SAFE_WEIGHTS_PATTERN_NAME,
-    SAMPLER_NAME,
-    SCALER_NAME,
-    SCHEDULER_NAME,
-    TORCH_DISTRIBUTED_OPERATION_TYPES,
-    TORCH_LAUNCH_PARAMS,
-    WEIGHTS_INDEX_NAME,
-    WEIGHTS_NAME,
-    WEIGHTS_PATTERN_NAME,
-    XPU_PROFILING_AVAILABLE_PYTORCH_VERSION,
-)
+from ..constants import BETA_CP_AVAILABLE_PYTORCH_VERSION
+from ..constants import BETA_SP_AVAILABLE_DEEPSPEED_VERSION
+from ..constants import BETA_TP_AVAILABLE_PYTORCH_VERSION
+from ..constants import BETA_TP_AVAILABLE_TRANSFORMERS_VERSION
+from ..constants import MITA_PROFILING_AVAILABLE_PYTORCH_VERSION
+from ..constants import MODEL_NAME
+from ..constants import OPTIMIZER_NAME
+from ..constants import PROFILE_PATTERN_NAME
+from ..constants import RNG_STATE_NAME
+from ..constants import SAFE_MODEL_NAME
+from ..constants import SAFE_WEIGHTS_INDEX_NAME
+from ..constants import SAFE_WEIGHTS_NAME
+from ..constants import SAFE_WEIGHTS_PATTERN_NAME
+from ..constants import SAMPLER_NAME
+from ..constants import SCALER_NAME
+from ..constants import SCHEDULER_NAME
+from ..constants import TORCH_DISTRIBUTED_OPERATION_TYPES
+from ..constants import TORCH_LAUNCH_PARAMS
+from ..constants import WEIGHTS_INDEX_NAME
+from ..constants import WEIGHTS_NAME
+from ..constants import WEIGHTS_PATTERN_NAME
+from ..constants import XPU_PROFILING_AVAILABLE_PYTORCH_VERSION
 from ..data.configuration import DataLoaderConfiguration
-from ..data.rng import synchronize_rng_state, synchronize_rng_states
+from ..data.rng import synchronize_rng_state
+from ..data.rng import synchronize_rng_states
 from ..data.skip import skip_first_batches
-from ..describe import convert_bytes, get_pretty_name
-from ..enums import (
-    ComputeEnvironment,
-    CustomDtype,
-    DDPCommunicationHookType,
-    DistributedType,
-    DynamoBackend,
-    LoggerType,
-    PrecisionType,
-    RNGType,
-    SageMakerDistributedType,
-)
-from ..environment.availability import (
-    are_libraries_initialized,
-    compare_versions,
-    is_4bit_bnb_available,
-    is_8bit_bnb_available,
-    is_aim_available,
-    is_amdsmi_available,
-    is_bf16_available,
-    is_bitsandbytes_multi_backend_available,
-    is_bnb_available,
-    is_boto3_available,
-    is_clearml_available,
-    is_cuda_available,
-    is_datasets_available,
-    is_deepspeed_available,
-    is_dvclive_available,
-    is_fp8_available,
-    is_fp16_available,
-    is_habana_gaudi1,
-    is_hpu_available,
-    is_import_timer_available,
-    is_lomo_available,
-    is_matplotlib_available,
-    is_megatron_lm_available,
-    is_mlu_available,
-    is_mps_available,
-    is_msamp_available,
-    is_musa_available,
-    is_neuron_available,
-    is_npu_available,
-    is_pandas_available,
-    is_peft_available,
-    is_pippy_available,
-    is_port_in_use,
-    is_pynvml_available,
-    is_pytest_available,
-    is_rich_available,
-    is_rocm_available,
-    is_sagemaker_available,
-    is_schedulefree_available,
-    is_sdaa_available,
-    is_swanlab_available,
-    is_timm_available,
-    is_torch_version,
-    is_torch_xla_available,
-    is_torchao_available,
-    is_torchdata_available,
-    is_torchdata_stateful_dataloader_available,
-    is_torchvision_available,
-    is_trackio_available,
-    is_transformer_engine_available,
-    is_transformer_engine_mxfp8_available,
-    is_transformers_available,
-    is_triton_available,
-    is_weights_only_available,
-    is_xccl_available,
-    is_xpu_available,
-)
-from ..environment.patching import (
-    check_os_kernel,
-    clear_environment,
-    convert_dict_to_env_variables,
-    get_int_from_env,
-    parse_choice_from_env,
-    parse_flag_from_env,
-    patch_environment,
-    purge_accelerate_environment,
-    str_to_bool,
-)
-from ..fsdp.fsdp2 import (
-    fsdp2_load_full_state_dict,
-    fsdp2_prepare_auto_wrap_policy,
-    fsdp2_prepare_model,
-    fsdp2_switch_optimizer_parameters,
-)
+from ..describe import convert_bytes
+from ..describe import get_pretty_name
+from ..enums import ComputeEnvironment
+from ..enums import CustomDtype
+from ..enums import DDPCommunicationHookType
+from ..enums import DistributedType
+from ..enums import DynamoBackend
+from ..enums import LoggerType
+from ..enums import PrecisionType
+from ..enums import RNGType
+from ..enums import SageMakerDistributedType
+from ..environment.availability import are_libraries_initialized
+from ..environment.availability import compare_versions
+from ..environment.availability import is_4bit_bnb_available
+from ..environment.availability import is_8bit_bnb_available
+from ..environment.availability import is_aim_available
+from ..environment.availability import is_amdsmi_available
+from ..environment.availability import is_bf16_available
+from ..environment.availability import is_bitsandbytes_multi_backend_available
+from ..environment.availability import is_bnb_available
+from ..environment.availability import is_boto3_available
+from ..environment.availability import is_clearml_available
+from ..environment.availability import is_cuda_available
+from ..environment.availability import is_datasets_available
+from ..environment.availability import is_deepspeed_available
+from ..environment.availability import is_dvclive_available
+from ..environment.availability import is_fp8_available
+from ..environment.availability import is_fp16_available
+from ..environment.availability import is_habana_gaudi1
+from ..environment.availability import is_hpu_available
+from ..environment.availability import is_import_timer_available
+from ..environment.availability import is_lomo_available
+from ..environment.availability import is_matplotlib_available
+from ..environment.availability import is_megatron_lm_available
+from ..environment.availability import is_mlu_available
+from ..environment.availability import is_mps_available
+from ..environment.availability import is_msamp_available
+from ..environment.availability import is_musa_available
+from ..environment.availability import is_neuron_available
+from ..environment.availability import is_npu_available
+from ..environment.availability import is_pandas_available
+from ..environment.availability import is_peft_available
+from ..environment.availability import is_pippy_available
+from ..environment.availability import is_port_in_use
+from ..environment.availability import is_pynvml_available
+from ..environment.availability import is_pytest_available
+from ..environment.availability import is_rich_available
+from ..environment.availability import is_rocm_available
+from ..environment.availability import is_sagemaker_available
+from ..environment.availability import is_schedulefree_available
+from ..environment.availability import is_sdaa_available
+from ..environment.availability import is_swanlab_available
+from ..environment.availability import is_timm_available
+from ..environment.availability import is_torch_version
+from ..environment.availability import is_torch_xla_available
+from ..environment.availability import is_torchao_available
+from ..environment.availability import is_torchdata_available
+from ..environment.availability import is_torchdata_stateful_dataloader_available
+from ..environment.availability import is_torchvision_available
+from ..environment.availability import is_trackio_available
+from ..environment.availability import is_transformer_engine_available
+from ..environment.availability import is_transformer_engine_mxfp8_available
+from ..environment.availability import is_transformers_available
+from ..environment.availability import is_triton_available
+from ..environment.availability import is_weights_only_available
+from ..environment.availability import is_xccl_available
+from ..environment.availability import is_xpu_available
+from ..environment.patching import check_os_kernel
+from ..environment.patching import clear_environment
+from ..environment.patching import convert_dict_to_env_variables
+from ..environment.patching import get_int_from_env
+from ..environment.patching import parse_choice_from_env
+from ..environment.patching import parse_flag_from_env
+from ..environment.patching import patch_environment
+from ..environment.patching import purge_accelerate_environment
+from ..environment.patching import str_to_bool
+from ..fsdp.fsdp2 import fsdp2_load_full_state_dict
+from ..fsdp.fsdp2 import fsdp2_prepare_auto_wrap_policy
+from ..fsdp.fsdp2 import fsdp2_prepare_model
+from ..fsdp.fsdp2 import fsdp2_switch_optimizer_parameters
 from ..fsdp.merge import merge_fsdp_weights
 from ..fsdp.plugin import FullyShardedDataParallelPlugin
-from ..fsdp.ram import disable_fsdp_ram_efficient_loading, enable_fsdp_ram_efficient_loading
-from ..kwargs_handlers import (
-    AutocastKwargs,
-    DistributedDataParallelKwargs,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
-    KwargsHandler,
-)
-from ..memory import clear_device_cache, find_executable_batch_size, release_memory
-from ..modeling.compiled import compile_regions, has_compiled_regions, is_compiled_module
-from ..modeling.creation import init_empty_weights, init_on_device
-from ..modeling.moves import find_tied_parameters, retie_parameters
-from ..modeling.offload import (
-    get_state_dict_from_offload,
-    has_offloaded_params,
-    infer_auto_device_map,
-)
-from ..modeling.storage import clean_state_dict_for_safetensors, id_tensor_storage
-from ..modeling.unwrap import extract_model_from_parallel, is_peft_model, model_has_dtensor
-from ..modeling.walk import get_module_children_bottom_up, recursive_getattr
+from ..fsdp.ram import disable_fsdp_ram_efficient_loading
+from ..fsdp.ram import enable_fsdp_ram_efficient_loading
+from ..kwargs_handlers import AutocastKwargs
+from ..kwargs_handlers import DistributedDataParallelKwargs
+from ..kwargs_handlers import GradScalerKwargs
+from ..kwargs_handlers import InitProcessGroupKwargs
+from ..kwargs_handlers import KwargsHandler
+from ..memory import clear_device_cache
+from ..memory import find_executable_batch_size
+from ..memory import release_memory
+from ..modeling.compiled import compile_regions
+from ..modeling.compiled import has_compiled_regions
+from ..modeling.compiled import is_compiled_module
+from ..modeling.creation import init_empty_weights
+from ..modeling.creation import init_on_device
+from ..modeling.moves import find_tied_parameters
+from ..modeling.moves import retie_parameters
+from ..modeling.offload import get_state_dict_from_offload
+from ..modeling.offload import has_offloaded_params
+from ..modeling.offload import infer_auto_device_map
+from ..modeling.storage import clean_state_dict_for_safetensors
+from ..modeling.storage import id_tensor_storage
+from ..modeling.unwrap import extract_model_from_parallel
+from ..modeling.unwrap import is_peft_model
+from ..modeling.unwrap import model_has_dtensor
+from ..modeling.walk import get_module_children_bottom_up
+from ..modeling.walk import recursive_getattr
 from ..module_paths import names_of
-from ..ops.collectives import (
-    broadcast,
-    broadcast_object_list,
-    gather,
-    gather_object,
-    pad_across_processes,
-    reduce,
-)
-from ..ops.nested import (
-    concatenate,
-    convert_to_fp32,
-    find_batch_size,
-    find_device,
-    honor_type,
-    ignorant_find_batch_size,
-    is_namedtuple,
-    is_torch_tensor,
-    listify,
-    merge_dicts,
-    recursively_apply,
-    send_to_device,
-    slice_tensors,
-)
+from ..ops.collectives import broadcast
+from ..ops.collectives import broadcast_object_list
+from ..ops.collectives import gather
+from ..ops.collectives import gather_object
+from ..ops.collectives import pad_across_processes
+from ..ops.collectives import reduce
+from ..ops.nested import concatenate
+from ..ops.nested import convert_to_fp32
+from ..ops.nested import find_batch_size
+from ..ops.nested import find_device
+from ..ops.nested import honor_type
+from ..ops.nested import ignorant_find_batch_size
+from ..ops.nested import is_namedtuple
+from ..ops.nested import is_torch_tensor
+from ..ops.nested import listify
+from ..ops.nested import merge_dicts
+from ..ops.nested import recursively_apply
+from ..ops.nested import send_to_device
+from ..ops.nested import slice_tensors
 from ..ops.padding_warning import CannotPadNestedTensorWarning
-from ..ops.structures import (
-    TensorInformation,
-    convert_outputs_to_fp32,
-    copy_tensor_to_devices,
-    get_data_structure,
-    initialize_tensors,
-    is_tensor_information,
-    pad_input_tensors,
-)
-from ..parallelism import (
-    DeepSpeedSequenceParallelConfig,
-    ParallelismConfig,
-    TorchContextParallelConfig,
-    TorchTensorParallelConfig,
-    TorchTensorParallelPlugin,
-)
-from ..plugins import GradientAccumulationPlugin, ProjectConfiguration, TorchDynamoPlugin
-from ..process_control import tqdm, wait_for_everyone
+from ..ops.structures import TensorInformation
+from ..ops.structures import convert_outputs_to_fp32
+from ..ops.structures import copy_tensor_to_devices
+from ..ops.structures import get_data_structure
+from ..ops.structures import initialize_tensors
+from ..ops.structures import is_tensor_information
+from ..ops.structures import pad_input_tensors
+from ..parallelism import DeepSpeedSequenceParallelConfig
+from ..parallelism import ParallelismConfig
+from ..parallelism import TorchContextParallelConfig
+from ..parallelism import TorchTensorParallelConfig
+from ..parallelism import TorchTensorParallelPlugin
+from ..plugins import GradientAccumulationPlugin
+from ..plugins import ProjectConfiguration
+from ..plugins import TorchDynamoPlugin
+from ..process_control import tqdm
+from ..process_control import wait_for_everyone
 from ..profiling import ProfileKwargs
 from ..seeding import set_seed
 from ..tracking.base import GeneralTracker
 from ..tracking.comet import CometMLTracker
 from ..tracking.jsonl import JSONLTracker
 from ..tracking.mlflow import MLflowTracker
-from ..tracking.registry import (
-    is_comet_ml_available,
-    is_mlflow_available,
-    is_tensorboard_available,
-    is_wandb_available,
-)
+from ..tracking.registry import is_comet_ml_available
+from ..tracking.registry import is_mlflow_available
+from ..tracking.registry import is_tensorboard_available
+from ..tracking.registry import is_wandb_available
 from ..tracking.tensorboard import TensorBoardTracker
 from ..tracking.wandb import WandBTracker
-from ..unsupported import DeepSpeedPlugin, FP8RecipeKwargs, MegatronLMPlugin
+from ..unsupported import DeepSpeedPlugin
+from ..unsupported import FP8RecipeKwargs
+from ..unsupported import MegatronLMPlugin
 
 __all__ = names_of(__name__)
