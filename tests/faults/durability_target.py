@@ -8,8 +8,6 @@ the files written in place."""
 from __future__ import annotations
 
 import json
-import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,8 @@ import torch
 from fault_helpers import Progress
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
+from tests.support.process_group import single_process_job
 
 
 def plain(out: Path) -> dict[str, list[str]]:
@@ -46,17 +46,6 @@ def plain(out: Path) -> dict[str, list[str]]:
         "published": [first, again, str(out / "pickled")],
         "in_place": [str(out / "extra.pt"), str(out / "weights.safetensors"), str(out / "export")],
     }
-
-
-def single_process_job() -> None:
-    """Set the variables torchrun sets for a job of one process (FSDP needs a process group)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    os.environ.update(
-        RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-    )  # fmt: skip
 
 
 def sharded(out: Path) -> dict[str, list[str]]:

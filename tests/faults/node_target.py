@@ -7,11 +7,8 @@ slowed down (0.3 s a step) and announces its steps, so that a test can kill a no
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-import fault_helpers as fh
+import fault_helpers as fh  # beside this script, whose folder Python searches first
 
 from nbaccel import notebook_launcher
 

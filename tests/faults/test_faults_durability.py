@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import signal
 import subprocess
@@ -26,6 +27,7 @@ from crash_model import STRACE_ARGS, Disk, calls
 
 from nbaccel import Accelerator
 from nbaccel.testing import reset_state
+from tests.support.paths import pythonpath
 
 pytestmark = [pytest.mark.timeout(240)]
 
@@ -41,6 +43,7 @@ def _traced(script: list[str], cwd: Path) -> tuple[str, str]:
     result = subprocess.run(
         [*STRACE_ARGS, "-o", str(trace), sys.executable, *script],
         cwd=cwd,
+        env=dict(os.environ, PYTHONPATH=pythonpath()),  # the script imports tests.support
         capture_output=True,
         text=True,
         timeout=200,

@@ -10,7 +10,6 @@ workers.
 
 from __future__ import annotations
 
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -22,17 +21,15 @@ import pytest
 pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "notebook"))
-
 import fault_helpers as fh
-from kernel_helpers import Cell, Kernel, ProcessSnapshot, running_kernel
+
+from tests.support.kernel import Cell, Kernel, ProcessSnapshot, running_kernel
+from tests.support.paths import pythonpath
 
 pytestmark = [pytest.mark.notebook, pytest.mark.timeout(120)]
 
 INTERRUPT_BOUND_S = 8.0
-_SETUP = f"""
-import sys
-sys.path.insert(0, {str(Path(__file__).parent)!r})
+_SETUP = """
 import fault_helpers as fh
 from nbaccel import notebook_launcher
 """
@@ -67,7 +64,9 @@ def test_kernel_interrupt_once_and_twice_stops_training_and_leaves_nothing(
     INTERRUPT_BOUND_S; no worker, listening socket or temporary file is left; the next
     launch in the same kernel trains."""
     tag = uuid.uuid4().hex
-    with running_kernel(TMPDIR=str(tmp_path), NBACCEL_FAULT_TAG=tag) as kernel:
+    env = {"TMPDIR": str(tmp_path), "NBACCEL_FAULT_TAG": tag}
+    env["PYTHONPATH"] = pythonpath(Path(__file__).parent)  # the kernel imports fault_helpers
+    with running_kernel(**env) as kernel:
         kernel.ok(_SETUP)
         kernel.ok("notebook_launcher(fh.train, num_processes=2, start_method='fork'); None")
         kernel.settle()

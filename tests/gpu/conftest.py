@@ -5,15 +5,11 @@ interpreter or a real Jupyter kernel of its own)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from nbaccel.environment import cuda_device_count
-
-# the notebook tier's kernel helpers drive the kernel of the guard test
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "notebook"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

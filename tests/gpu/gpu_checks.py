@@ -14,8 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
-from durability_target import single_process_job
+from tests.support.process_group import single_process_job
 
 CHECKS: dict[str, Callable[[], dict[str, Any]]] = {}
 

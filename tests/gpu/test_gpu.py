@@ -5,12 +5,15 @@ GPU tensors, the launch banner, free_memory, and the GPT bf16 benchmark's tokens
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.paths import pythonpath
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600)]
 
@@ -23,6 +26,7 @@ def _run(name: str) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, str(HERE / "gpu_checks.py"), name],
         cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=pythonpath()),  # the script imports tests.support
         capture_output=True,
         text=True,
         timeout=500,
@@ -96,7 +100,7 @@ def test_fork_after_cuda_init_is_refused_naming_the_line_and_spawn_works() -> No
     """In a real Jupyter kernel: CUDA initialised by a cell, then fork is refused naming that
     cell's line, and spawn starts workers that use the GPU."""
     pytest.importorskip("jupyter_client")
-    from kernel_helpers import running_kernel
+    from tests.support.kernel import running_kernel
 
     with running_kernel() as kernel:
         kernel.ok("import torch\nfrom nbaccel import notebook_launcher")
@@ -120,7 +124,6 @@ def test_fork_after_cuda_init_is_refused_naming_the_line_and_spawn_works() -> No
 
 
 def test_the_scaling_benchmarks_gpt_bf16_part_reports_tokens_per_second_and_mfu() -> None:
-    sys.path.insert(0, str(ROOT))
     from benchmarks.gpt_bf16 import GPTConfig, measure
 
     config = GPTConfig(layers=2, heads=4, width=256, sequence=256, vocab=8192, batch_size=8,

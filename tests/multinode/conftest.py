@@ -8,17 +8,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from bed import HERE, REPO, Bed, Machine
+from bed import HERE, Bed, Machine
+
+from tests.support.paths import pythonpath
 
 # Variables that would tell nbaccel it is already inside a launch.
 _DROPPED = re.compile(
     r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|NODE_RANK|MASTER_ADDR|"
     r"MASTER_PORT|TORCHELASTIC_.*|NBACCEL_.*|ACCELERATE_.*|GLOO_SOCKET_IFNAME)$"
 )
-PRELUDE = f"""
+PRELUDE = """
 import json, os, sys
-sys.path.insert(0, {str(HERE)!r})
-sys.path.insert(0, {str(HERE.parent / "multiprocess")!r})
 import node_functions as nf
 from nbaccel import notebook_launcher
 """
@@ -40,9 +40,9 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
 @pytest.fixture(scope="session")
 def machines(bed: Bed) -> list[Machine]:
     """A Jupyter kernel in each namespace, shared by the tier's tests."""
-    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env = {k: v for k, v in os.environ.items() if not _DROPPED.match(k)}
-    env["PYTHONPATH"] = path
+    # the kernels import node_functions from this folder and tests.support from the checkout
+    env["PYTHONPATH"] = pythonpath(HERE)
     started = [Machine(bed, index, env) for index in (0, 1)]
     for machine in started:
         answer = machine.run(PRELUDE, timeout=120)

@@ -70,7 +70,7 @@ def until_cut(flags: str) -> dict[str, int]:
 
 def save_sharded(disk: str) -> dict[str, Any]:
     """Train a step of an FSDP model and save a sharded checkpoint on this machine's disk."""
-    import fsdp_checkpoint_checks as fsdp
+    from tests.support import fsdp_checkpoints as fsdp
 
     acc, model, optimizer = fsdp.build(2, "SHARDED_STATE_DICT")
     fsdp.train_step(acc, model, optimizer, fsdp.batches(1, acc.num_processes)[0])

@@ -20,7 +20,8 @@ SHARED = [
 ]
 
 LAUNCH = """
-import checkpoint_helpers, node_functions
+import node_functions
+from tests.support import checkpoints
 results = notebook_launcher(
     {function}, ({disk!r},), num_processes=2, num_nodes=2, node_rank={node},
     master_addr='192.0.2.1', use_port={port}, rendezvous_timeout=60, node_timeout=30,
@@ -45,7 +46,7 @@ def test_save_and_load_state_on_separate_disks(bed: Bed, machines: list[Machine]
     """Promise: with save_on_each_node each machine writes a complete checkpoint to its own
     disk and both load it back exactly (weights, optimizer, scheduler, progress, random
     states); without it only machine 0's disk gets the shared files."""
-    results = _launch(bed, machines, "checkpoint_helpers.save_per_node", 29530)
+    results = _launch(bed, machines, "checkpoints.save_per_node", 29530)
     for node, node_results in enumerate(results):
         assert [r["rank"] for r in node_results] == [2 * node, 2 * node + 1]
         assert all(r["failed"] == [] for r in node_results), node_results  # exact resume

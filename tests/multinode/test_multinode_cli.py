@@ -13,6 +13,8 @@ import pytest
 import yaml
 from bed import ADDRESSES, REPO, SECOND, Bed
 
+from tests.support.paths import pythonpath
+
 pytestmark = [pytest.mark.multinode, pytest.mark.timeout(300)]
 
 SCRIPT = """
@@ -50,7 +52,7 @@ print(f"RANK {accelerator.process_index} RELEASED", flush=True)
 
 def _start(bed: Bed, commands: list[list[str]], cwd: Path) -> list[subprocess.Popen[str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NBACCEL_", "GLOO_"))}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = pythonpath(environ=env)
     return [
         subprocess.Popen(
             ["ip", "netns", "exec", bed.ns[n], sys.executable, "-m", "nbaccel", *commands[n]],

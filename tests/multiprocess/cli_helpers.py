@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent.parent
+from tests.support.paths import pythonpath
+
 TIMEOUT_S = 120
 _LAUNCH = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK"}
 _LAUNCH |= {"ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PJRT_DEVICE"}
@@ -24,7 +25,7 @@ def cli_environ(home: Path, **extra: str) -> dict[str, str]:
         if not k.startswith(prefixes) and k not in _LAUNCH and k not in _CACHES
     }
     env.update(HOME=str(home), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = pythonpath(environ=env)
     env.update(extra)
     return env
 

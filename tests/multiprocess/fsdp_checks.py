@@ -11,10 +11,10 @@ from typing import Any
 import torch
 from fsdp_ram_check import ram_efficient_loading_others_hold_no_full_copy
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from nbaccel import Accelerator, AcceleratorState, DistributedType, PartialState
 from nbaccel.fsdp import FullyShardedDataParallelPlugin as Plugin
+from tests.support.fsdp import Block, Net, full_state, raises
 
 CHECKS: list[Callable[[], None]] = []
 STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
@@ -43,26 +43,6 @@ def run_all_checks(only: list[str] | None = None) -> dict[str, str]:
     return {**results, **TABLE}
 
 
-class Block(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.lin(x))
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.blocks = nn.Sequential(Block(), Block(), Block())
-        self.head = nn.Linear(8, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.blocks(x))
-
-
 def batches(steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(1)
     world = PartialState().num_processes
@@ -87,11 +67,6 @@ def reference(
         opt.step()
         opt.zero_grad()
     return {k: v.detach() for k, v in model.state_dict().items()}
-
-
-def full_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
-    return {k.replace("_checkpoint_wrapped_module.", ""): v.float() for k, v in sd.items()}
 
 
 def freeze(model: nn.Module, name: str | None) -> nn.Module:
@@ -134,16 +109,6 @@ def assert_matches(model: nn.Module, ref: dict[str, torch.Tensor], atol: float =
 
 def hybrid_group() -> int | None:
     return 2 if PartialState().num_processes == 4 else None
-
-
-def raises(kind: type[BaseException], fn: Callable[[], Any], *words: str) -> None:
-    try:
-        fn()
-    except kind as exc:
-        for word in words:
-            assert word in str(exc), f"{word!r} not in {exc}"
-        return
-    raise AssertionError(f"no {kind.__name__} raised")
 
 
 CHECKS.append(ram_efficient_loading_others_hold_no_full_copy)  # first: ru_maxrss is a peak

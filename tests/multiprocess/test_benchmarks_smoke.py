@@ -17,14 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import harness
+from benchmarks.hosts import HostError, ScriptHost, host_environment
+
 pytestmark = pytest.mark.multiprocess
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks import harness  # noqa: E402
-from benchmarks.hosts import HostError, ScriptHost, host_environment  # noqa: E402
 
 
 def _written_files() -> dict[str, str]:

@@ -9,11 +9,11 @@ import threading
 import time
 from pathlib import Path
 
-import checkpoint_helpers as helpers
 import pytest
 import torch
 
 from nbaccel import WorkerError, notebook_launcher
+from tests.support import checkpoints as helpers
 
 pytestmark = pytest.mark.multiprocess
 

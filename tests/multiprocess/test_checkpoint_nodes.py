@@ -4,7 +4,6 @@ groups of 2 processes each over loopback, every node saving into its own directo
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,20 +12,20 @@ from typing import Any
 
 import pytest
 
+from tests.support.paths import pythonpath
+
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(120)]
 
 NODE_SCRIPT = """
 import json, sys
 
-sys.path.insert(0, {helpers_dir!r})
-import checkpoint_helpers
-
 from nbaccel import notebook_launcher
+from tests.support import checkpoints
 
 node, port, root = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 results = notebook_launcher(
-    checkpoint_helpers.save_per_node,
-    (f"{{root}}/node{{node}}",),  # each machine's own disk
+    checkpoints.save_per_node,
+    (f"{root}/node{node}",),  # each machine's own disk
     num_processes=2,
     num_nodes=2,
     node_rank=node,
@@ -52,7 +51,7 @@ def _run_two_nodes(
     tmp_path: Path, port: int, environ: dict[str, str]
 ) -> list[list[dict[str, Any]]]:
     script = tmp_path / "node.py"
-    script.write_text(NODE_SCRIPT.format(helpers_dir=str(Path(__file__).parent)))
+    script.write_text(NODE_SCRIPT)
     root = tmp_path / "disks"
     nodes = [
         subprocess.Popen(
@@ -91,9 +90,8 @@ def test_save_on_each_node_writes_a_complete_checkpoint_on_every_machine(
     loads on it: weights, optimizer, scheduler, registered object and random states come
     back. Without it only the global main process's machine gets the shared files; the
     others keep the data loader positions and their own random states."""
-    repo = str(Path(__file__).resolve().parents[2])  # importable without an install too
-    path = os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
-    results = _run_two_nodes(tmp_path, free_port(), subprocess_environ(PYTHONPATH=path))
+    # the checkout (tests.support, and nbaccel without an install too) on the nodes' path
+    results = _run_two_nodes(tmp_path, free_port(), subprocess_environ(PYTHONPATH=pythonpath()))
     for node, node_results in enumerate(results):
         assert [r["rank"] for r in node_results] == [2 * node, 2 * node + 1]
         assert [r["local_rank"] for r in node_results] == [0, 1]

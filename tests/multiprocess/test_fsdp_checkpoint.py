@@ -9,15 +9,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import fsdp_checkpoint_checks as checks
 import pytest
 import torch
 from cli_helpers import detail, nbaccel
-from fsdp_checks import Net
 from safetensors.torch import load_file
 
 from nbaccel import notebook_launcher
 from nbaccel.utils import merge_fsdp_weights
+from tests.support import fsdp_checkpoints as checks
+from tests.support.fsdp import Net
 
 pytestmark = pytest.mark.multiprocess
 

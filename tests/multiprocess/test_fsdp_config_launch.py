@@ -15,6 +15,8 @@ from typing import Any
 import cli_helpers as h
 import pytest
 
+from tests.support.paths import pythonpath
+
 pytestmark = pytest.mark.multiprocess
 
 SCRIPT = Path(__file__).resolve().parent / "fsdp_config_script.py"
@@ -24,12 +26,12 @@ def _records(out: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
 
 
-def _run(command: list[str], home: Path) -> subprocess.CompletedProcess[str]:
+def _run(command: list[str], home: Path, **extra: str) -> subprocess.CompletedProcess[str]:
     """``command`` in ``home`` (its HOME too, so no config file of the machine is read)."""
     return subprocess.run(
         command,
         cwd=home,
-        env=h.cli_environ(home),
+        env=h.cli_environ(home, **extra),
         capture_output=True,
         text=True,
         timeout=h.TIMEOUT_S,
@@ -106,12 +108,13 @@ def test_a_config_file_in_force_shards_under_notebook_launcher(tmp_path: Path) -
     default.parent.mkdir(parents=True)
     default.write_text(PANEL_YAML)
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "import sys\n"
         "from fsdp_config_script import record\n"
         "from nbaccel import notebook_launcher\n"
-        "notebook_launcher(record, (sys.argv[2],), start_method='fork', timeout=120)\n"
+        "notebook_launcher(record, (sys.argv[1],), start_method='fork', timeout=120)\n"
     )
-    done = _run([sys.executable, "-c", code, str(SCRIPT.parent), str(tmp_path / "out")], tmp_path)
+    path = pythonpath(SCRIPT.parent)  # the program imports fsdp_config_script from this folder
+    done = _run([sys.executable, "-c", code, str(tmp_path / "out")], tmp_path, PYTHONPATH=path)
     assert done.returncode == 0, h.detail(done)
     assert (
         "FSDP (version 1, SHARD_GRAD_OP, SIZE_BASED_WRAP [min_num_params=300], FULL_STATE_DICT, "

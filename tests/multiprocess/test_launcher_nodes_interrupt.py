@@ -18,6 +18,7 @@ import pytest
 
 from nbaccel import notebook_launcher
 from nbaccel.launch.events import RankStateEvent
+from tests.support.paths import pythonpath
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(120)]
 
@@ -63,7 +64,6 @@ print("RESULT " + json.dumps({"pid": os.getpid(), "results": results}), flush=Tr
 INTERRUPT_SCRIPT = """
 import sys
 
-sys.path.insert(0, {helpers_dir!r})
 import launcher_helpers
 
 from nbaccel import notebook_launcher
@@ -194,12 +194,13 @@ def test_launcher_sigint_in_a_terminal_stops_every_worker(
     """SIGINT to the script's process, or to its whole process group as Ctrl-C in a terminal
     (and jupyter_client's interrupt) sends it."""
     script = tmp_path / "interrupt.py"
-    script.write_text(INTERRUPT_SCRIPT.format(helpers_dir=str(Path(h.__file__).parent)))
+    script.write_text(INTERRUPT_SCRIPT)
     proc = subprocess.Popen(
         [sys.executable, str(script), method],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=subprocess_environ(),
+        # the script imports launcher_helpers from this folder
+        env=subprocess_environ(PYTHONPATH=pythonpath(Path(h.__file__).parent)),
         start_new_session=True,  # its own process group, like a terminal's foreground job
     )
     try:

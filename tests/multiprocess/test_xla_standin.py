@@ -4,6 +4,11 @@ The stand-in in tests/fixtures/fake_torch_xla records every call nbaccel makes a
 four CPU "cores"; what is asserted is nbaccel's side: which spawn it calls with which
 arguments, that the workers' state reports DistributedType.XLA, and that torch_xla is never
 imported when no TPU is requested.
+
+The xla tier (tests/xla) runs the real torch_xla on one CPU device. What stays here is what
+one device cannot show: several cores (ranks, rendezvous, one failing core among four), a
+TPU's own settings (its banner, XLA_USE_BF16, Colab's COLAB_TPU_ADDR) and a whole launch off
+TPU with torch_xla importable (the xla tier checks the state classes only, without a launch).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 pytest.importorskip("ipywidgets")
 
-from kernel_helpers import (
+from tests.support.kernel import (
     Cell,
     Kernel,
     click_button,

@@ -18,7 +18,7 @@ pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 pytest.importorskip("ipywidgets")
 
-from kernel_helpers import Cell, Display, Kernel, running_kernel
+from tests.support.kernel import Cell, Display, Kernel, running_kernel
 
 pytestmark = pytest.mark.notebook
 

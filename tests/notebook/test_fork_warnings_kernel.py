@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
-from kernel_helpers import running_kernel
+from tests.support.kernel import running_kernel
 
 pytestmark = pytest.mark.notebook
 

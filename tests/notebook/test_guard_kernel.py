@@ -15,7 +15,8 @@ pytest.importorskip("ipykernel")
 
 from jupyter_client.blocking.client import BlockingKernelClient  # noqa: E402
 from jupyter_client.manager import KernelManager  # noqa: E402
-from kernel_helpers import KERNEL_NAME  # noqa: E402
+
+from tests.support.kernel import KERNEL_NAME  # noqa: E402
 
 pytestmark = pytest.mark.notebook
 

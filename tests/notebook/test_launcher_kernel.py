@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
-from kernel_helpers import Cell, Kernel, running_kernel
+from tests.support.kernel import Cell, Kernel, running_kernel
 
 pytestmark = pytest.mark.notebook
 

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
-from kernel_helpers import Kernel, running_kernel
+from tests.support.kernel import Kernel, running_kernel
 
 pytestmark = pytest.mark.notebook
 

@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
-from kernel_helpers import (
+from tests.support.kernel import (
     Cell,
     Kernel,
     ProcessSnapshot,

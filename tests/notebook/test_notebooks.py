@@ -16,9 +16,8 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("sklearn")
 
-from kernel_helpers import KERNEL_NAME, Cell, kernel_env, running_kernel, strip_ansi  # noqa: E402
-
 from nbaccel.examples import quickstart  # noqa: E402
+from tests.support.kernel import KERNEL_NAME, Cell, kernel_env, running_kernel, strip_ansi  # noqa: E402
 
 pytestmark = pytest.mark.notebook
 

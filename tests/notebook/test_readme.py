@@ -156,7 +156,7 @@ def test_readme_test_command_installs_and_is_what_ci_runs(venv: dict[str, str]) 
 def test_readme_notebook_example_runs_in_a_kernel() -> None:
     """The README's "In a notebook" example, run as one cell of a real Jupyter kernel."""
     pytest.importorskip("jupyter_client")
-    from kernel_helpers import running_kernel
+    from tests.support.kernel import running_kernel
 
     text = (ROOT / "README.md").read_text()
     example = re.search(r"^## In a notebook\n+```python\n(.*?)^```", text, re.M | re.S)

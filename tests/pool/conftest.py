@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "notebook"))  # kernel_helpers
 
 from nbaccel import WorkerPool
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,9 +13,7 @@ import pytest
 pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "notebook"))
-
-from kernel_helpers import Cell, Kernel, running_kernel, wait_gone
+from tests.support.kernel import Cell, Kernel, running_kernel, wait_gone
 
 pytestmark = [pytest.mark.notebook, pytest.mark.timeout(180)]
 

@@ -429,18 +429,12 @@ def _run_with_fake_torch_xla(
     )
 
 
+# Only a stand-in can be a broken install; an importable torch_xla left alone off TPU is the
+# xla tier's (tests/xla/test_xla_detection.py, the real package).
 def test_broken_torch_xla_does_not_break_detection(tmp_path: Path, subprocess_environ) -> None:
     body = "raise ImportError('libtpu.so: cannot open shared object file')\n"
     result = _run_with_fake_torch_xla(tmp_path, body, {"PJRT_DEVICE": "TPU"}, subprocess_environ)
     assert result.returncode == 0, result.stderr
-    assert "DETECTION-OK" in result.stdout
-
-
-def test_importable_torch_xla_is_not_imported_off_tpu(tmp_path: Path, subprocess_environ) -> None:
-    body = "import sys\nsys.stderr.write('TORCH_XLA-IMPORTED\\n')\n"
-    result = _run_with_fake_torch_xla(tmp_path, body, {}, subprocess_environ)
-    assert result.returncode == 0, result.stderr
-    assert "TORCH_XLA-IMPORTED" not in result.stderr
     assert "DETECTION-OK" in result.stdout
 
 

@@ -1,4 +1,6 @@
-"""Rank-side code for the checkpoint tests: round trips, exact resume and the held save."""
+"""Rank-side code for the checkpoint tests: round trips, exact resume and the held save; and
+``save_per_node``, which the multiprocess tier runs on two node groups over loopback and the
+multinode tier on two machines."""
 
 from __future__ import annotations
 

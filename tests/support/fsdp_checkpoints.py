@@ -3,6 +3,7 @@
 ``save_phase`` trains FSDP1 and FSDP2 models, saves sharded and full checkpoints and exports
 the weights; ``resume_phase`` (a fresh launch: a restart) loads the sharded checkpoints and
 continues. Each returns ``{"checks": {name: "ok" or traceback}, ...tensors on rank 0}``.
+The multinode tier's machines train and save with ``build``, ``train_step`` and ``batches``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from fsdp_checks import Net, full_state, raises
 from safetensors.torch import load_file
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
@@ -24,6 +24,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimi
 from nbaccel import Accelerator, AcceleratorState, PartialState
 from nbaccel.fsdp import FullyShardedDataParallelPlugin as Plugin
 from nbaccel.utils import merge_fsdp_weights
+from tests.support.fsdp import Net, full_state, raises
 
 STEPS, SAVE_AT = 4, 2
 VERSIONS = (1, 2)

@@ -1,6 +1,6 @@
 """Drive a real Jupyter kernel from a test: start, run cells, watch their output, interrupt, stop.
 
-The launcher tier of the notebook tests uses these helpers. A :class:`Kernel` wraps one
+The notebook, pool, faults and gpu tiers use these helpers. A :class:`Kernel` wraps one
 ``KernelManager`` and its ``BlockingKernelClient``; :meth:`Kernel.execute` runs a cell and
 returns a :class:`Cell` with every stream message (and when it arrived), the error and the
 reply. :meth:`Kernel.submit` and :meth:`Kernel.collect` split that in two so a test can act

@@ -1,0 +1,1 @@
+"""The test suite; a package so that ``tests.support`` imports by one name everywhere."""
