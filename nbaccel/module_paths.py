@@ -95,6 +95,7 @@ DOORS: dict[str, dict[str, str]] = {
     "nbaccel.launchers": {
         "nbaccel.launch.parent.notebook": "debug_launcher notebook_launcher",
     },
+    "nbaccel.local_sgd": {"nbaccel.training.local_sgd": "LocalSGD"},
     "nbaccel.optimizer": {
         "nbaccel.optim": "AcceleratedOptimizer",
     },

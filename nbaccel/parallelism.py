@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed import device_mesh
 
 from .environment.patching import parallelism_config_defaults
 from .unsupported import refuse
@@ -217,7 +217,9 @@ class ParallelismConfig:
         names, shape = self._get_mesh()
         if not names:
             return None
-        mesh = init_device_mesh(device_type, shape, mesh_dim_names=names)
+        # looked up on the module at each call, as torch.distributed.device_mesh is patched
+        # by code that fakes a mesh (Accelerate's own tests do)
+        mesh = device_mesh.init_device_mesh(device_type, shape, mesh_dim_names=names)
         for dims, flat in (
             (self.dp_dim_names, "dp"),
             (self.dp_shard_cp_dim_names, "dp_shard_cp"),

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .environment import xla_bf16_storage_requested
+from .environment import precision_in_effect, xla_bf16_storage_requested
 from .kwargs_handlers import AutocastKwargs, GradScalerKwargs
 from .ops import convert_to_fp32
 
@@ -44,7 +44,9 @@ class Precision:
     """The precision policy of one Accelerator.
 
     Args:
-        mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``.
+        mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``; ``"fp16"`` on a
+            device that does not train in fp16 (the CPU) runs in full precision, without
+            autocast or scaler, as in Accelerate (``environment/precision.py``).
         device: the device computations run on.
         autocast_kwargs: options for ``torch.autocast``.
         scaler_kwargs: options for the fp16 gradient scaler.
@@ -68,13 +70,14 @@ class Precision:
         # torch_xla registers autocast for its own device type: "xla" (bf16 on TPU and CPU)
         known = ("cuda", "cpu", "xpu", "mps", "xla")
         self.device_type = device.type if device.type in known else "cpu"
+        in_effect = precision_in_effect(mixed_precision, device.type)  # fp16 on a CPU: "no"
         fp8_autocast = torch.bfloat16 if mixed_precision == "fp8" else None
-        self.dtype = _DTYPES.get(mixed_precision, fp8_autocast)
+        self.dtype = _DTYPES.get(in_effect, fp8_autocast)
         if device.type == "xla" and xla_bf16_storage_requested():
             self.dtype = None  # torch_xla keeps float32 in bfloat16 itself (XLA_USE_BF16)
         self.autocast_kwargs = autocast_kwargs or AutocastKwargs()
         self.scaler: torch.amp.GradScaler | None = None
-        if mixed_precision == "fp16":
+        if in_effect == "fp16":
             options = (scaler_kwargs or GradScalerKwargs()).to_dict()
             self.scaler = torch.amp.GradScaler(self.device_type, **options)
 

@@ -180,12 +180,25 @@ def _load_optimizer(optimizer: Any, files: _Checked, index: int) -> None:
     optimizer.load_state_dict(state)
 
 
-def _load_loader(loader: Any, state: dict[str, int]) -> None:
-    """Restore epoch and seed; the position too when the loader is stateful."""
+def _load_loader(loader: Any, files: _Checked, name: str) -> None:
+    """Restore epoch and seed; the position in the epoch too when the loader is stateful.
+
+    The file holds nbaccel's ``{"epoch", "batches_yielded", "seed"}``, or with
+    ``use_stateful_dataloader=True`` torchdata's state (Accelerate's ``dl_state_dict.bin``),
+    with ``epoch`` and ``seed`` where the order depends on them. A checkpoint without the
+    file (Accelerate writes it for stateful loaders only) leaves the loader as it is.
+    """
+    listed = files.manifest is not None and name in files.manifest.get("files", {})
+    if not listed and not (files.directory / name).exists():
+        return
+    state = load_object(files(name))
     if getattr(loader, "use_stateful_dataloader", False):
         loader.load_state_dict(state)
-    else:  # the documented recipe skips the batches already done with skip_first_batches
-        loader.load_state_dict({**state, "batches_yielded": 0})
+    elif "epoch" in state and "seed" in state:
+        # the documented recipe skips the batches already done with skip_first_batches
+        loader.load_state_dict(
+            {"epoch": state["epoch"], "seed": state["seed"], "batches_yielded": 0}
+        )
 
 
 def _check_custom_count(directory: Path, count: int) -> None:
@@ -231,7 +244,7 @@ def load_state_files(
     for name, loader in zip(
         _names("dl_state_dict", len(objects.dataloaders)), objects.dataloaders, strict=True
     ):
-        _load_loader(loader, load_object(files(name)))
+        _load_loader(loader, files, name)
     for name, obj in zip(
         _names("custom_checkpoint", len(objects.custom)), objects.custom, strict=True
     ):

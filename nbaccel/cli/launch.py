@@ -186,8 +186,8 @@ def _strategy(resolved: ResolvedLaunch) -> str:
     cfg = resolved.config
     if cfg.distributed_type != "FSDP":
         return cfg.distributed_type
-    if resolved.world_size == 1:
-        return "NO (FSDP asked for, but one process trains unsharded: FSDP needs 2 or more)"
+    if resolved.world_size == 1 and resolved.max_restarts == 0:  # not launched: _run_one
+        return "NO (FSDP asked for, but one process on its own trains unsharded)"
     return f"FSDP ({cfg.fsdp_config.describe(resolved.cpu)})"
 
 

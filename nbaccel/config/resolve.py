@@ -3,7 +3,8 @@
 :func:`resolve_launch` gives ``nbaccel launch`` its settings; :func:`launcher_defaults` fills
 the ``None`` arguments of ``notebook_launcher``; :func:`configured_precision` is what
 ``Accelerator()`` falls back on after the launcher's choice, and
-:func:`configured_accumulation_steps` its ``gradient_accumulation_steps`` when not given.
+:func:`configured_accumulation_steps` its ``gradient_accumulation_steps`` when not given;
+:func:`configured_fsdp` says whether the file asks for FSDP (which only launched processes use).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .values import ConfigError, ValueProblem
 __all__ = [
     "ResolvedLaunch",
     "configured_accumulation_steps",
+    "configured_fsdp",
     "configured_precision",
     "launcher_defaults",
     "resolve_launch",
@@ -183,6 +185,14 @@ def configured_precision() -> str | None:
     if loaded is None or "mixed_precision" not in loaded.keys:
         return None
     return loaded.config.mixed_precision
+
+
+def configured_fsdp() -> Path | None:
+    """The config file in force when it says ``distributed_type: FSDP``, else None."""
+    loaded = config_in_force()
+    if loaded is None or loaded.config.distributed_type != "FSDP":
+        return None
+    return loaded.path
 
 
 def configured_accumulation_steps() -> int | None:

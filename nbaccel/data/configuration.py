@@ -35,8 +35,10 @@ class DataLoaderConfiguration:
         data_seed: seed of the shuffle order; None takes process 0's ``torch.initial_seed()``
             (what ``set_seed`` set).
         non_blocking: move batches to the device with ``non_blocking=True``.
-        use_stateful_dataloader: document that the loaders' ``state_dict`` /
-            ``load_state_dict`` are used to resume mid-epoch (nbaccel loaders always have them).
+        use_stateful_dataloader: build the prepared loaders as torchdata ``StatefulDataLoader``
+            subclasses (``pip install torchdata``): their ``state_dict`` is torchdata's and
+            ``load_state`` resumes mid-epoch without ``skip_first_batches``. Without it the
+            loaders' ``state_dict`` is nbaccel's ``{"epoch", "batches_yielded", "seed"}``.
     """
 
     split_batches: bool = False

@@ -98,8 +98,9 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
         n = settings.num_processes
         group = 1 if settings.split_batches else n
         expected = self._base_batch_size
-        first: Any = None
-        iterator = super().__iter__()
+        again = self._first_batches_again(group)
+        first: Any = concat_batches(again) if again else None
+        iterator = self._noted(super().__iter__(), group)
         while True:
             batches = list(itertools.islice(iterator, group))
             if not batches:
@@ -147,11 +148,24 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
             following = next(produced, None)
             last = following is None
             pieces, real = current
-            own = self._send([("batch", piece, last, real) for piece in pieces])
+            shared = self._shared_position()
+            own = self._send([("batch", piece, last, real, shared) for piece in pieces])
             yield own[1], last, (real if last else -1)
             if following is None:
                 return
             current = following
+
+    # -- hooks of a stateful dispatcher (stateful.py) ------------------------------------------
+    def _first_batches_again(self, count: int) -> list[Any] | None:
+        """The first batches of a pass resuming mid-way, read again (None: not needed)."""
+        return None
+
+    def _shared_position(self) -> Any:
+        """What process 0 sends with each batch about its position (None: nothing)."""
+        return None
+
+    def _adopt_position(self, shared: Any) -> None:
+        """Take the position process 0 sent with a batch."""
 
     # -- every other process -----------------------------------------------------------------
     def _follow(self) -> Iterator[Step]:
@@ -159,7 +173,8 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
             message = self._send(None)
             if message[0] == "stop":
                 return
-            _, piece, last, real = message
+            _, piece, last, real, shared = message
+            self._adopt_position(shared)
             yield piece, last, (real if last else -1)
             if last:
                 return

@@ -14,8 +14,9 @@ from ..state import GradientState
 from ..validation import is_int
 from .batches import send_to_device
 from .rng import synchronize_rng_states
-from .samplers import BatchSamplerShard, SkipBatchSampler
+from .samplers import BatchSamplerShard
 from .shards import IterableDatasetShard
+from .stateful import class_for
 from .xla_steps import step_marker
 
 __all__ = [
@@ -103,6 +104,10 @@ class PreparedLoaderMixin:
     skip_batches: int
     end_of_dataloader: bool
     remainder: int
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # with use_stateful_dataloader=True, a torchdata StatefulDataLoader too (stateful.py)
+        return super().__new__(class_for(cls, kwargs))
 
     def _setup(
         self,
@@ -237,14 +242,23 @@ class PreparedLoaderMixin:
             synchronize_rng_states(
                 settings.rng_types, settings.synchronized_generator, strict=False
             )
+        self._seed_pass()
+        skip = self.skip_batches + position.resume_skip
+        position.resume_skip = 0
+        return skip
+
+    def _seed_pass(self) -> None:
+        """Reseed the samplers and the loader's own generator for the current epoch."""
+        position, settings = self._position, self._settings
         for reseed in self._reseeders:
             reseed(position.seed, position.epoch)
         if settings.user_generator is None:
             mixed = position.seed * 1_000_003 + position.epoch * 1_009 + settings.process_index
             self._loader_generator.manual_seed(mixed % 2**63)
-        skip = self.skip_batches + position.resume_skip
-        position.resume_skip = 0
-        return skip
+
+    def _noted(self, batches: Iterator[Any], every: int = 1) -> Iterator[Any]:
+        """The DataLoader's batches (a stateful loader records its position: stateful.py)."""
+        return batches
 
     def _run(self, skipped: int, steps: Iterator[Step]) -> Iterator[Any]:
         """Yield the batches of ``steps``, keeping flags, position and GradientState current."""
@@ -325,23 +339,22 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
             "shard_sampler": shard_sampler,
         }
         self._setup(settings, position, reseeders, skip_batches)
+        # The shard is the loader's batch sampler itself (its ``batch_sampler`` the user's, as
+        # in Accelerate); the batches a pass leaves out are set on it as the pass starts.
         self._shard_sampler = shard_sampler
-        self._skipper: SkipBatchSampler | None = None
         if shard_sampler is not None and settings.sampler_is_batch_sampler:
             # DataLoader(batch_size=None, sampler=BatchSampler(...)): the dataset takes lists
-            self._skipper = SkipBatchSampler(shard_sampler, 0)
             super().__init__(
                 dataset,
-                sampler=self._skipper,
+                sampler=shard_sampler,
                 batch_size=None,
                 generator=self._loader_generator,
                 **loader_kwargs,
             )
         elif shard_sampler is not None:
-            self._skipper = SkipBatchSampler(shard_sampler, 0)
             super().__init__(
                 dataset,
-                batch_sampler=self._skipper,
+                batch_sampler=shard_sampler,
                 generator=self._loader_generator,
                 **loader_kwargs,
             )
@@ -379,9 +392,9 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         skip = self._begin_pass()
-        if self._skipper is not None:
-            self._skipper.skip_batches = skip
-            batches: Iterator[Any] = super().__iter__()
+        if self._shard_sampler is not None:
+            self._shard_sampler._skip_batches = skip
+            batches: Iterator[Any] = self._noted(super().__iter__())
         else:
-            batches = itertools.islice(super().__iter__(), skip, None)
+            batches = itertools.islice(self._noted(super().__iter__()), skip, None)
         return self._run(skip, look_ahead(batches, self._final_remainder))

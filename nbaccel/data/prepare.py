@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -264,7 +265,11 @@ def prepare_data_loader(
             one are seeded from ``data_seed`` and the epoch.
         data_seed: shuffle seed (default: process 0's ``torch.initial_seed()``).
         non_blocking: ``non_blocking`` for the device copies.
-        use_stateful_dataloader: accepted; ``state_dict`` / ``load_state_dict`` always work.
+        use_stateful_dataloader: build the loader as a torchdata ``StatefulDataLoader`` (needs
+            ``pip install torchdata``): ``state_dict()`` is torchdata's, recorded as of the
+            batches handed out, and a loaded state resumes mid-epoch (see
+            :mod:`nbaccel.data.stateful`). Without it ``state_dict()`` is nbaccel's
+            ``{"epoch", "batches_yielded", "seed"}``.
 
     Returns:
         A :class:`DataLoaderShard` or :class:`DataLoaderDispatcher`.
@@ -286,6 +291,8 @@ def prepare_data_loader(
     iterable = isinstance(dataset, IterableDataset)
     dispatch = iterable if config.dispatch_batches is None else config.dispatch_batches
     kwargs = loader_kwargs(dataloader)
+    if use_stateful_dataloader and hasattr(dataloader, "snapshot_every_n_steps"):
+        kwargs["snapshot_every_n_steps"] = dataloader.snapshot_every_n_steps  # a torchdata one
     reseeders: list[Reseeder] = []
     position = LoaderPosition(seed=_data_seed(dataloader, config.data_seed, n))
     seeding = _Seeding(use_seedable_sampler)
@@ -345,12 +352,27 @@ def prepare_data_loader(
             dataset, loader_kwargs=kwargs, slice_fn=slice_fn_for_dispatch, **common
         )
     if iterable:
+        own = _native_shard(dataset, n, index) if n > 1 and not split_batches else None
+        if own is not None:  # each process reads its own files
+            reseeders.append(lambda seed, epoch: own.set_epoch(epoch))
+            return DataLoaderShard(own, loader_kwargs=kwargs, **common)
         shard = IterableDatasetShard(dataset, base_size or 1, drop_last, n, index, split_batches)
         reseeders.append(lambda seed, epoch: shard.set_epoch(epoch))
         return DataLoaderShard(shard, loader_kwargs=kwargs, **common)
     assert batch_sampler is not None
     shard_sampler = BatchSamplerShard(batch_sampler, n, index, split_batches, even_batches)
     return DataLoaderShard(dataset, loader_kwargs=kwargs, shard_sampler=shard_sampler, **common)
+
+
+def _native_shard(dataset: Any, processes: int, index: int) -> Any:
+    """This process's part of a Hugging Face ``datasets.IterableDataset`` that has a shard (a
+    file) for every process, split by its own ``shard()`` as Accelerate does, instead of every
+    process reading it all and keeping every n-th batch; None for any other dataset. Such a
+    dataset means ``datasets`` is already imported."""
+    kind = getattr(sys.modules.get("datasets"), "IterableDataset", None)
+    if kind is None or not isinstance(dataset, kind) or dataset.n_shards < processes:
+        return None
+    return dataset.shard(num_shards=processes, index=index)
 
 
 register_loader_builder(prepare_data_loader)

@@ -121,6 +121,10 @@ class BatchSamplerShard(BatchSampler):
         self.drop_last: bool = bool(getattr(batch_sampler, "drop_last", False))
         self.duplicated_samples = 0
         self.last_batch_real_samples = -1
+        # Batches a pass leaves out (``len`` still counts them): the prepared loader sets it
+        # as each pass starts (a resume, a skip), so that the loader's ``batch_sampler`` is
+        # this shard and its ``batch_sampler`` the user's, as in Accelerate.
+        self._skip_batches = 0
 
     @property
     def total_length(self) -> int:
@@ -143,6 +147,10 @@ class BatchSamplerShard(BatchSampler):
         return rounds + (1 if i < rest else 0)
 
     def __iter__(self) -> Iterator[list[int]]:
+        # the skip is read now, when the loader's pass asks for the batches
+        return itertools.islice(self._batches(), self._skip_batches, None)
+
+    def _batches(self) -> Iterator[list[int]]:
         self.duplicated_samples = 0
         self.last_batch_real_samples = -1
         if self.num_processes == 1:  # nothing to share or even out: a faithful pass-through

@@ -12,6 +12,7 @@ from ..validation import is_int
 from .loaders import PreparedLoaderMixin
 from .prepare import loader_kwargs
 from .samplers import SkipBatchSampler
+from .stateful import stateful_class
 
 __all__ = ["SkipDataLoader", "skip_first_batches"]
 
@@ -25,12 +26,24 @@ class SkipDataLoader(DataLoader):
     Args:
         dataset: the dataset.
         skip_batches: batches to leave out at the start of every pass.
+        use_stateful_dataloader: build it as a torchdata ``StatefulDataLoader`` (its
+            ``state_dict`` counts the batches left out too).
         **kwargs: the other DataLoader arguments.
     """
 
-    def __init__(self, dataset: Any, skip_batches: int = 0, **kwargs: Any) -> None:
+    def __new__(cls, *args: Any, use_stateful_dataloader: bool = False, **kwargs: Any) -> Any:
+        return super().__new__(stateful_class(cls) if use_stateful_dataloader else cls)
+
+    def __init__(
+        self,
+        dataset: Any,
+        skip_batches: int = 0,
+        use_stateful_dataloader: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(dataset, **kwargs)
         self.skip_batches = skip_batches
+        self.use_stateful_dataloader = bool(use_stateful_dataloader)
 
     def __len__(self) -> int:
         return max(0, super().__len__() - self.skip_batches)

@@ -29,10 +29,17 @@ from .launch import (
     debug_mode_requested,
     launch_variables,
     log_level_requested,
+    precision_warned_variables,
     read_launch_environment,
     user_thread_count,
 )
 from .memory import process_rss
+from .precision import (
+    FP16_DEVICE_TYPES,
+    fp16_fallback_warning,
+    fp16_unavailable_note,
+    precision_in_effect,
+)
 from .settings import (
     accelerate_config_candidates,
     config_file_override,
@@ -42,9 +49,11 @@ from .settings import (
     nbaccel_default_config_path,
     sanity_fail_rank,
     set_fsdp_ram_efficient_loading,
+    ssh_server_address,
 )
 
 __all__ = [
+    "FP16_DEVICE_TYPES",
     "DeviceChoice",
     "LaunchEnvironment",
     "accelerate_config_candidates",
@@ -53,6 +62,8 @@ __all__ = [
     "cuda_device_count",
     "debug_mode_requested",
     "environment_for_child",
+    "fp16_fallback_warning",
+    "fp16_unavailable_note",
     "fsdp_launch_variables",
     "fsdp_ram_efficient_loading_enabled",
     "gloo_socket_interface",
@@ -63,11 +74,14 @@ __all__ = [
     "launch_variables",
     "log_level_requested",
     "nbaccel_default_config_path",
+    "precision_in_effect",
+    "precision_warned_variables",
     "process_rss",
     "read_fsdp_launch",
     "read_launch_environment",
     "sanity_fail_rank",
     "set_fsdp_ram_efficient_loading",
+    "ssh_server_address",
     "tpu_requested",
     "user_thread_count",
     "xla_available",

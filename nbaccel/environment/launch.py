@@ -32,6 +32,8 @@ class LaunchEnvironment:
         use_cpu: the launcher asked for CPU only.
         torch_device: the device asked for with ``NBACCEL_TORCH_DEVICE`` or
             ``ACCELERATE_TORCH_DEVICE`` (e.g. ``"cuda:1"``), used as it is; None when unset.
+        precision_warned: the launcher already told the user, in the notebook, that its
+            ``mixed_precision`` trains in full precision on this device (``fp16`` on a CPU).
     """
 
     rank: int = 0
@@ -48,11 +50,18 @@ class LaunchEnvironment:
     mixed_precision: str | None = None
     use_cpu: bool = False
     torch_device: str | None = None
+    precision_warned: bool = False
 
     @property
     def distributed(self) -> bool:
         """True when more than one process takes part."""
         return self.world_size > 1
+
+    @property
+    def launched(self) -> bool:
+        """True when a launcher started this process (its variables are set), whatever the
+        number of processes; False for a process started on its own."""
+        return self.launcher != "none"
 
 
 def _which_launcher(env: Mapping[str, str]) -> str:
@@ -151,6 +160,7 @@ def read_launch_environment(environ: Mapping[str, str] | None = None) -> LaunchE
         mixed_precision=_precision_var(env),
         use_cpu=_bool_var(env, "NBACCEL_USE_CPU", "ACCELERATE_USE_CPU"),
         torch_device=_device_var(env),
+        precision_warned=_bool_var(env, "NBACCEL_PRECISION_WARNED"),
     )
 
 
@@ -193,6 +203,7 @@ def launch_variables(
     mixed_precision: str | None = None,
     debug: bool = False,
     use_cpu: bool = False,
+    precision_warned: bool = False,
 ) -> dict[str, str]:
     """The variables a launcher sets in a worker so that :func:`read_launch_environment` and
     torch's ``env://`` rendezvous see the job."""
@@ -214,7 +225,15 @@ def launch_variables(
         variables["NBACCEL_MIXED_PRECISION"] = mixed_precision
     if debug:
         variables["NBACCEL_DEBUG_MODE"] = "1"
+    if precision_warned:
+        variables.update(precision_warned_variables())
     return variables
+
+
+def precision_warned_variables() -> dict[str, str]:
+    """The variable by which a launcher that warned about its ``mixed_precision`` in the
+    notebook keeps its processes from warning again."""
+    return {"NBACCEL_PRECISION_WARNED": "1"}
 
 
 # --- platform detection -------------------------------------------------------------------

@@ -48,6 +48,13 @@ def sanity_fail_rank(environ: Mapping[str, str] | None = None) -> int | None:
     return _int_var(_environ(environ), "NBACCEL_TEST_FAIL_RANK", default=None)
 
 
+def ssh_server_address(environ: Mapping[str, str] | None = None) -> str | None:
+    """The address this machine was reached at by the ssh session this process runs in (the
+    third field of ``SSH_CONNECTION``, which sshd sets), or None outside one."""
+    fields = _environ(environ).get("SSH_CONNECTION", "").split()
+    return fields[2] if len(fields) >= 4 else None
+
+
 def gloo_socket_interface(environ: Mapping[str, str] | None = None) -> str | None:
     """The network interface the user pinned gloo to (``GLOO_SOCKET_IFNAME``), or None."""
     return _environ(environ).get("GLOO_SOCKET_IFNAME") or None

@@ -67,8 +67,9 @@ def plugin_kwargs(config: Mapping[str, Any], to_fsdp2: bool = False) -> dict[str
 
 
 def launched_with_fsdp() -> bool:
-    """True when this process's launcher asked for FSDP and more than one process takes part."""
-    return read_launch_environment().distributed and read_fsdp_launch() is not None
+    """True when a launcher started this process and asked for FSDP, whatever the number of
+    processes (a process started on its own trains without FSDP: ``state/rules.py``)."""
+    return read_launch_environment().launched and read_fsdp_launch() is not None
 
 
 def launch_plugin_kwargs(fsdp_version: int | None = None) -> dict[str, Any]:

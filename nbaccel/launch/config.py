@@ -5,14 +5,22 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import warnings
 from typing import Any
 
 from ..config.ranks import parse_display_ranks
 from ..config.resolve import launcher_defaults
 from ..config.values import ValueProblem
 from ..enums import PRECISIONS
-from ..environment import cuda_device_count, debug_mode_requested, xla_available
+from ..environment import (
+    cuda_device_count,
+    debug_mode_requested,
+    fp16_fallback_warning,
+    precision_in_effect,
+    xla_available,
+)
 from ..validation import is_int, is_number
+from .hostargs import HostsSettings, check_hosts_settings
 from .prefix import validate_prefix_template
 
 __all__ = ["DEFAULT_MULTI_NODE_PORT", "LaunchConfig", "positive_seconds"]
@@ -118,6 +126,7 @@ class LaunchConfig:
     debug: bool = False
     fsdp_config: dict[str, Any] | None = None
     display_ranks: tuple[int, ...] | None = (0,)  # None: every rank
+    hosts: HostsSettings | None = None  # hosts=[...]: machines this notebook starts over SSH
 
     @property
     def cpu(self) -> bool:
@@ -127,12 +136,19 @@ class LaunchConfig:
     @property
     def world_size(self) -> int:
         """Processes over all machines."""
-        return self.num_processes * self.num_nodes
+        machines = len(self.hosts.targets) if self.hosts is not None else self.num_nodes
+        return self.num_processes * machines
 
     @property
     def multi_node(self) -> bool:
         """True when more than one machine takes part."""
         return self.num_nodes > 1
+
+    @property
+    def precision_falls_back(self) -> bool:
+        """True when the processes' device does not train in ``mixed_precision`` (fp16 on
+        the CPU): they train in full precision, and :meth:`build` warned once, here."""
+        return precision_in_effect(self.mixed_precision, self.accelerator) != self.mixed_precision
 
     @classmethod
     def build(cls, **kwargs: Any) -> LaunchConfig:
@@ -144,6 +160,9 @@ class LaunchConfig:
         cpu = kwargs.pop("cpu", None)
         if cpu is not None and not isinstance(cpu, bool):
             raise TypeError(f"cpu must be True or False, got {cpu!r}.")
+        hosts = check_hosts_settings(kwargs, cpu)
+        if hosts is not None:  # the hosts' GPUs decide, once their agents have answered
+            gpus, cpu = 0, True
         # an XLA request (a TPU, or PJRT_DEVICE) wins over GPUs, as the workers' device does
         accelerator = "cpu" if cpu else "xla" if xla_available() else "cuda" if gpus else "cpu"
         num = kwargs.pop("num_processes", None)
@@ -164,9 +183,12 @@ class LaunchConfig:
             accelerator=accelerator,
             debug=debug_mode_requested() if debug is None else debug,
             fsdp_config=fsdp_config,
+            hosts=hosts,
             **cls._checked(kwargs),
         )
         _check_display_ranks(config)
+        if config.precision_falls_back:  # once, in the notebook; the ranks are told not to
+            warnings.warn(fp16_fallback_warning(config.accelerator), UserWarning, stacklevel=3)
         return config
 
     @staticmethod

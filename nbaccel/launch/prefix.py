@@ -6,15 +6,18 @@ import string
 
 __all__ = [
     "DEFAULT_PREFIX_TEMPLATE",
+    "HOSTS_PREFIX_TEMPLATE",
     "PREFIX_PLACEHOLDERS",
     "format_prefix",
     "validate_prefix_template",
 ]
 
 DEFAULT_PREFIX_TEMPLATE = "[rank${rank}]: "
+# the default of a launch on other machines (hosts=[...]): the host comes first
+HOSTS_PREFIX_TEMPLATE = "[${host} rank${rank}]: "
 
 
-PREFIX_PLACEHOLDERS = ("rank", "local_rank", "node_rank", "role_name")
+PREFIX_PLACEHOLDERS = ("rank", "local_rank", "node_rank", "role_name", "host")
 
 
 def _allowed_text() -> str:
@@ -26,7 +29,8 @@ def validate_prefix_template(template: object) -> None:
 
     Args:
         template: A ``string.Template`` string using ``${rank}``, ``${local_rank}``,
-            ``${node_rank}`` and ``${role_name}`` (torchrun's names), or None for the default.
+            ``${node_rank}`` and ``${role_name}`` (torchrun's names) and ``${host}`` (the
+            machine's ``hosts=`` entry; empty on this machine), or None for the default.
 
     Raises:
         TypeError: If ``template`` is neither a str nor None.
@@ -62,6 +66,7 @@ def format_prefix(
     local_rank: int,
     node_rank: int = 0,
     role_name: str = "default",
+    host: str = "",
 ) -> str:
     """Build the prefix put before every line of one rank.
 
@@ -71,6 +76,7 @@ def format_prefix(
         local_rank: Rank on this node.
         node_rank: Rank of this node.
         role_name: Role name (torchrun's ``role_name``).
+        host: The machine's ``hosts=`` entry (a launch on other machines), else empty.
 
     Returns:
         The prefix, e.g. ``"[rank1]: "``.
@@ -80,7 +86,8 @@ def format_prefix(
         ValueError: If ``template`` is malformed or names an unknown placeholder.
     """
     validate_prefix_template(template)
-    chosen = DEFAULT_PREFIX_TEMPLATE if template is None else template
+    default = HOSTS_PREFIX_TEMPLATE if host else DEFAULT_PREFIX_TEMPLATE
+    chosen = default if template is None else template
     return string.Template(chosen).substitute(
-        rank=rank, local_rank=local_rank, node_rank=node_rank, role_name=role_name
+        rank=rank, local_rank=local_rank, node_rank=node_rank, role_name=role_name, host=host
     )

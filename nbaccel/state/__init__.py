@@ -1,7 +1,9 @@
 """The process-wide state: ``PartialState``, ``AcceleratorState`` and ``GradientState``.
 
 All three are views on one record per process (see :mod:`nbaccel.state.registry`): every
-instance sees the state set up by the first one, and documented attributes are read-only.
+instance sees the state set up by the first one, and documented attributes are read-only,
+but for those Accelerate's own tests set: ``GradientState.sync_gradients``,
+``PartialState.debug`` and ``AcceleratorState.distributed_type``.
 """
 
 from .accelerator import AcceleratorState

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from ..config.resolve import configured_precision
-from ..enums import PrecisionType
+from ..enums import DistributedType, PrecisionType
 from ..unsupported import refuse, refuse_plugins
 from .parallel_view import ParallelismStateMixin
 from .partial import PartialState, ProcessView, process_items
 from .registry import STATE, AcceleratorRecord, ProcessRecord, current_process, reset_registry
+from .rules import apply_fp16_rule, fsdp_applies, fsdp_plugin_in_use
 from .shared import SharedState, StateResetError
 
 __all__ = ["AcceleratorState"]
@@ -47,12 +48,14 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
         mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``; None takes the
             launcher's choice (``notebook_launcher(mixed_precision=...)``), else the config
             file's (``nbaccel config``; under ``nbaccel launch``, the resolved config), else
-            ``"no"``.
+            ``"no"``. ``"fp16"`` on a CPU trains in full precision (one warning), as in
+            Accelerate, and still reads ``"fp16"``.
         cpu: run on the CPU even when an accelerator is present.
         dynamo_plugin: a :class:`TorchDynamoPlugin` for ``torch.compile``.
         deepspeed_plugin: refused (the error says what to use instead).
-        fsdp_plugin: a ``FullyShardedDataParallelPlugin``; the job then reports
-            ``DistributedType.FSDP``.
+        fsdp_plugin: a ``FullyShardedDataParallelPlugin``; in a launched process the job
+            then reports ``DistributedType.FSDP``; a process started on its own sets it aside
+            (``NO``, as in Accelerate; see ``docs/fsdp.md``).
         torch_tp_plugin: refused (the error says what to use instead).
         megatron_lm_plugin: refused (the error says what to use instead).
         **kwargs: passed to ``torch.distributed.init_process_group``.
@@ -81,19 +84,26 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
             precision = str(PrecisionType.parse(mixed_precision, "mixed_precision"))
         PartialState(cpu, **kwargs)
         record = STATE.accelerator
+        process = current_process()
         if record is None:
-            launch = current_process().launch
+            launch = process.launch
             if precision is None and launch.mixed_precision is None:
                 precision = configured_precision()  # the config file in force, if it says
+            chosen = precision or launch.mixed_precision or "no"
+            plugin = fsdp_plugin_in_use(process, fsdp_plugin)  # None in a process on its own
+            apply_fp16_rule(process, chosen, plugin)
             STATE.accelerator = AcceleratorRecord(
-                mixed_precision=precision or launch.mixed_precision or "no",
-                fsdp_plugin=fsdp_plugin,
+                mixed_precision=chosen,
+                fsdp_plugin=plugin,
                 dynamo_plugin=dynamo_plugin,
                 from_accelerator=_from_accelerator,
             )
             return
         self._check_unchanged("mixed_precision", precision, record.mixed_precision)
-        self._check_unchanged("fsdp_plugin", fsdp_plugin, record.fsdp_plugin)
+        if fsdp_applies(process):
+            self._check_unchanged("fsdp_plugin", fsdp_plugin, record.fsdp_plugin)
+        elif fsdp_plugin is not None:  # set aside like the first one's, with the warning
+            fsdp_plugin_in_use(process, fsdp_plugin)
         self._check_unchanged("dynamo_plugin", dynamo_plugin, record.dynamo_plugin)
         record.from_accelerator = record.from_accelerator or _from_accelerator
 
@@ -127,6 +137,20 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
 
     def _was_reset(self) -> bool:
         return STATE.accelerator is None or STATE.process is None
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        """The kind of distributed setup in use. Settable, as in Accelerate, whose tests set
+        it to reach another setup's code paths: it changes what this state and the
+        Accelerator report until the state is reset (``PartialState`` keeps the process's
+        own), not how the processes run."""
+        chosen = self._record().distributed_type
+        return chosen if chosen is not None else super().distributed_type
+
+    @distributed_type.setter
+    def distributed_type(self, value: DistributedType | str) -> None:
+        kind = DistributedType.parse(value, "AcceleratorState.distributed_type")
+        self._record().distributed_type = DistributedType(kind)
 
     @property
     def fsdp_plugin(self) -> Any:

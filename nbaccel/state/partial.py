@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -12,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from ..enums import DistributedType
+from ..environment import read_launch_environment
 from ..splitting import split_for_process
 from ..validation import is_int
 from .handshake import enter
@@ -154,8 +156,17 @@ class ProcessView:
 
     @property
     def debug(self) -> bool:
-        """True when debug mode is on (``NBACCEL_DEBUG_MODE=1``)."""
+        """True when debug mode is on (``NBACCEL_DEBUG_MODE=1``). Settable for the whole
+        process, as in Accelerate, whose tests turn it on around checks of the collectives
+        (nbaccel checks the collectives' inputs whatever it says)."""
         return self._process().launch.debug
+
+    @debug.setter
+    def debug(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"{type(self).__name__}.debug must be True or False, got {value!r}.")
+        record = self._process()
+        record.launch = dataclasses.replace(record.launch, debug=value)
 
     @property
     def fork_launched(self) -> bool:
@@ -275,9 +286,13 @@ class ProcessView:
         """Destroy ``group`` (the default group when None).
 
         In a worker forked by the notebook launcher the default group belongs to the launcher,
-        which tears it down after the function returns; then this call does nothing.
+        which tears it down after the function returns; then this call does nothing. As in
+        Accelerate, it also works once the state was reset (scripts end with it after tests
+        that reset the state): it reads only how this process was launched.
         """
-        if group is None and self.fork_launched:
+        record = STATE.process
+        launch = record.launch if record is not None else read_launch_environment()
+        if group is None and launch.fork_launched:
             return
         if dist.is_initialized():
             dist.destroy_process_group(group)

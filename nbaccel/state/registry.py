@@ -59,6 +59,8 @@ class AcceleratorRecord:
     dynamo_plugin: Any = None
     from_accelerator: bool = False
     parallelism_config: Any = None
+    # what ``AcceleratorState.distributed_type = ...`` set (None: the process's own)
+    distributed_type: DistributedType | None = None
 
 
 @dataclass

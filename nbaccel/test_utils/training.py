@@ -10,7 +10,12 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..enums import DistributedType
 
-__all__ = ["RegressionDataset", "RegressionModel", "mocked_dataloaders"]
+__all__ = [
+    "RegressionDataset",
+    "RegressionModel",
+    "mocked_dataloaders",
+    "mocked_dataloaders_for_autoregressive_models",
+]
 
 
 class RegressionDataset(Dataset[dict[str, torch.Tensor]]):
@@ -64,6 +69,25 @@ class RegressionModel(torch.nn.Module):
         return x * self.a + self.b
 
 
+def _hugging_face_suite(helper: str) -> tuple[Any, Any]:
+    """``datasets.load_dataset`` and ``transformers.AutoTokenizer``, or an error saying how to
+    install them."""
+    try:
+        # datasets and transformers are optional: only the mocked loaders need them
+        from datasets import load_dataset
+        from transformers import AutoTokenizer
+    except ImportError as error:
+        raise ImportError(
+            f"{helper} needs datasets and transformers: pip install datasets transformers"
+        ) from error
+    return load_dataset, AutoTokenizer
+
+
+def _mrpc_files(data_dir: str | Path) -> dict[str, str]:
+    folder = Path(data_dir)
+    return {"train": str(folder / "train.csv"), "validation": str(folder / "dev.csv")}
+
+
 def mocked_dataloaders(
     accelerator: Any, batch_size: int = 16, data_dir: str | Path = "tests/test_samples/MRPC"
 ) -> tuple[DataLoader[Any], DataLoader[Any]]:
@@ -74,18 +98,9 @@ def mocked_dataloaders(
     files ``train.csv`` and ``dev.csv`` in ``data_dir``. Train batches hold 2 samples and
     validation batches 1, whatever ``batch_size`` is, so that tests stay small.
     """
-    try:
-        # datasets and transformers are optional: only this helper needs them
-        from datasets import load_dataset
-        from transformers import AutoTokenizer
-    except ImportError as error:
-        raise ImportError(
-            "mocked_dataloaders needs datasets and transformers: pip install datasets transformers"
-        ) from error
-    folder = Path(data_dir)
-    files = {"train": str(folder / "train.csv"), "validation": str(folder / "dev.csv")}
-    raw = load_dataset("csv", data_files=files)
-    tokenizer = AutoTokenizer.from_pretrained("bert-base-cased")
+    load_dataset, auto_tokenizer = _hugging_face_suite("mocked_dataloaders")
+    raw = load_dataset("csv", data_files=_mrpc_files(data_dir))
+    tokenizer = auto_tokenizer.from_pretrained("bert-base-cased")
     label_ids = {label: i for i, label in enumerate(raw["train"].unique("label"))}
 
     def tokenize(rows: dict[str, list[Any]]) -> Any:
@@ -104,5 +119,71 @@ def mocked_dataloaders(
         return tokenizer.pad(samples, padding="longest", return_tensors="pt")
 
     train = DataLoader(tokenized["train"], shuffle=True, collate_fn=collate, batch_size=2)
+    validation = DataLoader(tokenized["validation"], collate_fn=collate, batch_size=1)
+    return train, validation
+
+
+def mocked_dataloaders_for_autoregressive_models(
+    accelerator: Any,
+    batch_size: int = 16,
+    data_dir: str | Path = "tests/test_samples/MRPC",
+    tokenizer: Any = "HuggingFaceTB/SmolLM-360M",
+) -> tuple[DataLoader[Any], DataLoader[Any]]:
+    """Train and validation loaders for a causal language model over the first sentences of
+    the MRPC sample files in ``data_dir`` (for example scripts that train one, in tests).
+
+    Each batch holds ``input_ids`` and ``labels``, the same tokens one position ahead, with
+    padding (the end-of-sequence token) as -100 in ``labels``. Sequences are padded to the
+    longest of the batch (128 on TPU), to a multiple of 8 under mixed precision (16 under
+    fp8). Train batches hold 2 samples and validation batches 1, whatever ``batch_size`` is;
+    neither is shuffled. The main process tokenises first.
+
+    Needs ``datasets`` and ``transformers`` (``pip install datasets transformers``) and the
+    files ``train.csv`` and ``dev.csv`` in ``data_dir``.
+
+    Args:
+        accelerator: the ``Accelerator`` (its ``distributed_type`` and ``mixed_precision``
+            shape the padding).
+        batch_size: accepted for compatibility; see above.
+        data_dir: the folder of the sample files.
+        tokenizer: a tokenizer, or the name ``AutoTokenizer.from_pretrained`` loads; its
+            padding token is set to its end-of-sequence token.
+    """
+    load_dataset, auto_tokenizer = _hugging_face_suite(
+        "mocked_dataloaders_for_autoregressive_models"
+    )
+    if isinstance(tokenizer, (str, Path)):
+        tokenizer = auto_tokenizer.from_pretrained(str(tokenizer))
+    tokenizer.pad_token = tokenizer.eos_token
+    raw = load_dataset("csv", data_files=_mrpc_files(data_dir))
+
+    def tokenize(rows: dict[str, list[Any]]) -> Any:
+        return tokenizer(rows["sentence1"], truncation=True, return_attention_mask=False)
+
+    with accelerator.main_process_first():
+        tokenized = raw.map(
+            tokenize, batched=True, remove_columns=["sentence1", "sentence2", "label"]
+        )
+    on_tpu = accelerator.distributed_type == DistributedType.XLA
+    precision = str(accelerator.mixed_precision)
+    multiple = 16 if precision == "fp8" else 8 if precision != "no" else None
+
+    def collate(samples: list[Any]) -> Any:
+        longest = 128 if on_tpu else max(len(sample["input_ids"]) for sample in samples)
+        batch = tokenizer.pad(
+            samples,
+            padding="max_length",
+            max_length=longest + 1,  # one more: inputs and labels each lose one end
+            pad_to_multiple_of=multiple,
+            return_tensors="pt",
+        )
+        ids = batch["input_ids"]
+        batch["labels"] = torch.where(ids[:, 1:] == tokenizer.pad_token_id, -100, ids[:, 1:])
+        batch["input_ids"] = ids[:, :-1]
+        if "attention_mask" in batch:
+            batch["attention_mask"] = batch["attention_mask"][:, :-1]
+        return batch
+
+    train = DataLoader(tokenized["train"], shuffle=False, collate_fn=collate, batch_size=2)
     validation = DataLoader(tokenized["validation"], collate_fn=collate, batch_size=1)
     return train, validation

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch import nn
 
 from nbaccel.accelerator import Accelerator
-from nbaccel.environment import sanity_fail_rank
+from nbaccel.environment import precision_in_effect, sanity_fail_rank
 from nbaccel.testing.training import make_dataset, make_model
 
 STEPS = 4
@@ -39,7 +39,10 @@ def _reference(world: int, precision: str) -> dict[str, torch.Tensor]:
 
 
 def _autocast(precision: str) -> torch.autocast:
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    """The autocast the ranks train under on the CPU (fp16 trains in fp32 there)."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(
+        precision_in_effect(precision, "cpu")
+    )
     return torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None)
 
 

@@ -137,8 +137,9 @@ def mixed_precision_of(mixed_precision: str | None, fp16: bool | None) -> str | 
 
 
 def resolve_fsdp_plugin(given: Any) -> Any:
-    """The plugin given; else, for a process's first Accelerator in a launch with FSDP
-    settings, a plugin built from the launch's ``fsdp_config``."""
+    """The plugin given; else, for the first Accelerator of a launched process whose launch
+    has FSDP settings, a plugin built from the launch's ``fsdp_config``. Whether the plugin is
+    used is the state's rule: only in a launched process (``state/rules.py``)."""
     if given is None and STATE.accelerator is None and launched_with_fsdp():
         return FullyShardedDataParallelPlugin()
     return given

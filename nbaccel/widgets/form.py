@@ -198,12 +198,9 @@ def validate(values: PanelValues, hardware: Hardware) -> dict[str, str]:
         out["num_processes"] = "at least 1 process"
     elif v.device in hardware.kinds and v.num_processes > limit:
         out["num_processes"] = f"at most {limit}: this machine has {hardware.limit_text(v.device)}"
-    allowed = hardware.precisions(v.device)
-    if v.mixed_precision not in allowed:
-        out["mixed_precision"] = (
-            f"{v.mixed_precision} is not supported on {v.device.upper()} here; "
-            f"use {', '.join(allowed)}"
-        )
+    precision = hardware.precision_problem(v.device, v.mixed_precision)
+    if precision is not None:
+        out["mixed_precision"] = precision
     if v.start_method not in START_METHODS:
         out["start_method"] = f"one of {', '.join(START_METHODS)}"
     if v.gradient_accumulation_steps < 1:

@@ -6,13 +6,21 @@ import os
 from dataclasses import dataclass
 
 from ..enums import PRECISIONS
-from ..environment import cuda_device_count, hardware_description, tpu_requested
+from ..environment import (
+    cuda_device_count,
+    fp16_unavailable_note,
+    hardware_description,
+    precision_in_effect,
+    tpu_requested,
+)
 
 __all__ = ["FP8_GPUS", "Hardware"]
 
 # GPU model names (as the driver reports them) whose tensor cores do fp8.
 FP8_GPUS = ("H100", "H200", "H800", "L4", "L40", "B100", "B200", "GB200", "RTX 40")
 TPU_CORES = 8
+# The panel's kinds of device as torch names them (the precision rule speaks torch's names).
+DEVICE_TYPES = {"cpu": "cpu", "gpu": "cuda", "tpu": "xla"}
 
 
 @dataclass(frozen=True)
@@ -59,11 +67,29 @@ class Hardware:
         return {"gpu": self.gpus, "tpu": TPU_CORES}.get(kind, self.cpu_cores)
 
     def precisions(self, kind: str) -> tuple[str, ...]:
-        """Mixed-precision modes that ``kind`` supports here."""
+        """Mixed-precision modes that ``kind`` supports here (fp16 where the device trains in
+        it, by the rule ``Accelerator`` and the launchers apply; fp8 on fp8 GPUs)."""
         if kind == "gpu":
             fp8 = any(name in self.gpu_model for name in FP8_GPUS)
             return PRECISIONS if fp8 else tuple(p for p in PRECISIONS if p != "fp8")
-        return ("no", "bf16")
+        if kind == "tpu":
+            return ("no", "bf16")  # fp16 is refused on the XLA device
+        return tuple(
+            p
+            for p in PRECISIONS
+            if p != "fp8" and precision_in_effect(p, DEVICE_TYPES.get(kind, kind)) == p
+        )
+
+    def precision_problem(self, kind: str, precision: str) -> str | None:
+        """Why ``precision`` is not offered on ``kind`` here, with what is; None when it is."""
+        allowed = self.precisions(kind)
+        if precision in allowed:
+            return None
+        choose = ", ".join(allowed)
+        device = DEVICE_TYPES.get(kind, kind)
+        if precision == "fp16" and precision_in_effect(precision, device) != precision:
+            return f"{fp16_unavailable_note(device)}; use {choose}"
+        return f"{precision} is not supported on {kind.upper()} here; use {choose}"
 
     def limit_text(self, kind: str) -> str:
         """Why :meth:`max_processes` is what it is, for a message."""

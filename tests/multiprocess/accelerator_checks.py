@@ -358,24 +358,25 @@ def scheduler_steps_once_per_process_unless_batches_are_split() -> None:
 
 
 @check
-def fp16_inf_on_one_rank_skips_the_step_everywhere() -> None:
+def fp16_on_cpu_ranks_trains_in_fp32_without_a_scaler() -> None:
+    """As in Accelerate: no autocast, no scaler, the step not skipped (the scaler's skip on an
+    overflow is checked where fp16 trains: tests/gpu)."""
     acc = Accelerator(mixed_precision="fp16", kwargs_handlers=[GradScalerKwargs(init_scale=64.0)])
+    assert acc.mixed_precision == "fp16" and acc.scaler is None
     model = tiny()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
     model, optimizer, scheduler = acc.prepare(model, optimizer, scheduler)
     before = [p.detach().clone() for p in model.parameters()]
     x, y = rank_batch(acc.process_index)
-    if acc.is_main_process:
-        x = x.clone()
-        x[0, 0] = float("inf")  # only rank 0 overflows; DDP spreads it to every rank
-    acc.backward(loss_of(model, x, y))
+    out = model(x)
+    assert out.dtype == torch.float32
+    acc.backward(nn.functional.mse_loss(out, y))
     optimizer.step()
     scheduler.step()
-    assert acc.optimizer_step_was_skipped is True
-    assert acc.scaler.get_scale() == 32.0
-    assert scheduler.get_last_lr() == [0.1]
-    assert all(torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
+    assert acc.optimizer_step_was_skipped is False
+    assert scheduler.get_last_lr() == [0.1 * 0.5**acc.num_processes]  # once per process
+    assert not all(torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
 
 
 @check

@@ -294,6 +294,35 @@ def a_batch_sampler_given_as_sampler_is_evened_out() -> None:
         assert sorted(set(seen)) == list(range(length)) and prepared.remainder == 3
 
 
+@check
+def hugging_face_iterable_with_a_shard_per_rank_is_split_by_its_shards() -> None:
+    """As in Accelerate: a ``datasets.IterableDataset`` with at least one shard per rank is
+    split with its own ``shard()`` (each rank reads only its files); the ranks together see
+    every example exactly once. With fewer shards than ranks, it is sharded by batches."""
+    from datasets import IterableDataset as HFIterable  # the test extra installs datasets
+
+    n, _ = world()
+
+    def rows(files: list[int]) -> Any:
+        for f in files:
+            for i in range(4):
+                yield {"x": 10 * f + i}
+
+    for files in (list(range(2 * n)), [0]):
+        dataset = HFIterable.from_generator(rows, gen_kwargs={"files": files})
+        loader = prepare_data_loader(DataLoader(dataset, batch_size=2), dispatch_batches=False)
+        mine = [int(v) for batch in loader for v in batch["x"]]
+        everything = gather(mine)
+        if len(files) >= n:  # by shards: each rank reads whole files, its own ones
+            own = [{v // 10 for v in part} for part in everything]
+            assert all(own) and sum(len(f) for f in own) == len(set().union(*own)), own
+            assert sorted(v for part in everything for v in part) == sorted(
+                10 * f + i for f in files for i in range(4)
+            )
+        else:  # one file, two ranks: batches dealt out, as for any iterable dataset
+            assert loader.dataset.__class__.__name__ == "IterableDatasetShard", loader.dataset
+
+
 def run_all_checks() -> dict[str, str]:
     """Run every check on this rank: {check name: "ok" or the traceback}."""
     PartialState()

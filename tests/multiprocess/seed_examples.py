@@ -367,8 +367,7 @@ def section_2_6_1_training_inside_autocast_learns() -> None:
         for source, targets in dataloader:
             optimizer.zero_grad()
             output = model(source)
-            assert torch.get_autocast_dtype("cpu") == torch.float16
-            assert torch.is_autocast_enabled("cpu")
+            assert not torch.is_autocast_enabled("cpu")  # fp16 on the CPU: fp32, as Accelerate
             loss = loss_func(output, targets)
             accelerator.backward(loss)
             optimizer.step()

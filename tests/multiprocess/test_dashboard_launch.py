@@ -121,7 +121,8 @@ def test_on_wait_is_called_in_the_launching_thread_between_waits_and_can_stop() 
 
         def on_wait(self) -> None:
             self.calls.append((time.monotonic(), threading.current_thread() is launching))
-            if all(v.pid and "sleeping" in v.lines for v in self.ranks.values()):
+            sleeping = all(v.pid and "sleeping" in v.lines for v in self.ranks.values())
+            if sleeping and len(self.calls) >= 3:  # called again and again, then Stop
                 self.stop()  # what the Stop button's handler does
 
     board = Polled()

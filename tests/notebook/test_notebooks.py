@@ -159,6 +159,9 @@ def test_03_checkpoint_and_resume() -> None:
     assert "[rank0]: restart 1: resuming after epoch 3" in text, text
     assert "resumed run equals uninterrupted run: True" in text, text
     assert "checkpoints kept (total_limit=2): ['checkpoint_4', 'checkpoint_5']" in text
+    # section 4: a stateful loader resumes mid-epoch, as after a lost session
+    assert "[rank0]: resuming epoch 2 after 5 batches" in text, text
+    assert "resumed mid-epoch run equals uninterrupted run: True" in text, text
 
 
 def test_04_fsdp() -> None:

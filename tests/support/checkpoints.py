@@ -122,7 +122,7 @@ def round_trip(directory: str, stateful: bool, fp16: bool) -> None:
         "model": {k: v.clone() for k, v in acc.get_state_dict(model).items()},
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
-        "scaler": acc.scaler.state_dict() if fp16 else None,
+        "scaler": acc.scaler.state_dict() if acc.scaler is not None else None,
         "progress": progress.state_dict(),
         "loader": loader.state_dict(),
     }
@@ -136,7 +136,9 @@ def round_trip(directory: str, stateful: bool, fp16: bool) -> None:
     assert same(optimizer2.state_dict(), expected["optimizer"]), "optimizer"
     assert same(scheduler2.state_dict(), expected["scheduler"]), "scheduler"
     assert scheduler2.get_last_lr() == scheduler.get_last_lr()
-    if fp16:
+    if fp16 and acc.device.type == "cpu":  # fp16 trains in fp32 there: no scaler to save
+        assert acc.scaler is None and acc2.scaler is None
+    elif fp16:
         assert expected["scaler"]["scale"] > 1024.0, expected["scaler"]
         assert same(acc2.scaler.state_dict(), expected["scaler"]), "scaler"
     assert same(progress2.state_dict(), expected["progress"]), "registered object"

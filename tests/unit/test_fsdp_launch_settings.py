@@ -12,6 +12,7 @@ from nbaccel.config.fsdp import FsdpConfig
 from nbaccel.config.values import ValueProblem
 from nbaccel.environment import fsdp_launch_variables, read_fsdp_launch
 from nbaccel.fsdp import FullyShardedDataParallelPlugin as Plugin
+from nbaccel.testing import reset_state
 
 # What `accelerate launch` writes for a version-2 file (it writes every variable).
 ACCELERATE_V2 = {
@@ -104,8 +105,15 @@ def test_the_guides_other_spellings_and_tpu_keys_load(tmp_path) -> None:
         load_config_file(path)
 
 
-def test_xla_fsdp_off_a_tpu_is_a_clear_error_at_accelerator() -> None:
+def test_xla_fsdp_off_a_tpu_is_a_clear_error_at_accelerator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     plugin = Plugin(xla=True, xla_fsdp_settings={"compute_dtype": "bfloat16"})
     assert plugin.xla_fsdp_settings == {"compute_dtype": "bfloat16"}
-    with pytest.raises(ValueError, match=r"xla: true .*runs on cpu, not on a TPU"):
-        Accelerator(cpu=True, fsdp_plugin=plugin)
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(name, value)  # launched (a job of one), where FSDP applies
+    try:
+        with pytest.raises(ValueError, match=r"xla: true .*runs on cpu, not on a TPU"):
+            Accelerator(cpu=True, fsdp_plugin=plugin)
+    finally:
+        reset_state(destroy_process_group=True)  # and the process group of one FSDP joined

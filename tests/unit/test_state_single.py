@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Iterator
 from datetime import timedelta
 
 import numpy as np
@@ -55,6 +56,9 @@ ACCELERATOR_ATTRIBUTES = (
     "torch_tp_plugin",
     "is_fsdp2",
 )
+# settable on AcceleratorState as in Accelerate, whose tests set them (debug on PartialState
+# too): tests/unit/test_state_settable.py
+SETTABLE = ("debug", "distributed_type")
 GRADIENT_ATTRIBUTES = (
     "end_of_dataloader",
     "remainder",
@@ -114,7 +118,7 @@ def test_partial_state_repr_describes_the_process() -> None:
     assert "Mixed precision type: no" in text
 
 
-@pytest.mark.parametrize("name", PROCESS_ATTRIBUTES)
+@pytest.mark.parametrize("name", [n for n in PROCESS_ATTRIBUTES if n != "debug"])
 def test_partial_state_attributes_are_read_only(name: str) -> None:
     state = PartialState()
     before = getattr(state, name)
@@ -230,7 +234,7 @@ def test_accelerator_state_attributes_on_one_process() -> None:
     assert PartialState().initialized is True
 
 
-@pytest.mark.parametrize("name", ACCELERATOR_ATTRIBUTES)
+@pytest.mark.parametrize("name", [n for n in ACCELERATOR_ATTRIBUTES if n not in SETTABLE])
 def test_accelerator_state_attributes_are_read_only(name: str) -> None:
     state = AcceleratorState()
     before = getattr(state, name)
@@ -279,9 +283,6 @@ def test_accelerator_state_cannot_change_after_init() -> None:
         AcceleratorState(mixed_precision="bf16")
     assert AcceleratorState(mixed_precision="fp16").mixed_precision == "fp16"
     assert AcceleratorState().mixed_precision == "fp16"
-    plugin = FakeFsdpPlugin()
-    with pytest.raises(ValueError, match="fsdp_plugin"):
-        AcceleratorState(fsdp_plugin=plugin)
     with pytest.raises(ValueError, match="dynamo_plugin"):
         AcceleratorState(dynamo_plugin=TorchDynamoPlugin(backend="inductor"))
 
@@ -311,7 +312,20 @@ def test_deepspeed_plugin_selection_is_not_implemented() -> None:
         state.select_deepspeed_plugin()
 
 
-def test_fsdp_plugin_makes_distributed_type_fsdp() -> None:
+@pytest.fixture
+def launched_alone(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process as torchrun starts a job of one process; the process group of one that
+    FSDP makes it join is destroyed afterwards."""
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(name, value)
+    yield
+    reset_state(destroy_process_group=True)
+
+
+@on_cpu_only
+def test_fsdp_plugin_makes_distributed_type_fsdp_in_a_launched_process(
+    launched_alone: None,
+) -> None:
     plugin = FakeFsdpPlugin()
     state = AcceleratorState(fsdp_plugin=plugin)
     assert state.fsdp_plugin is plugin
@@ -319,9 +333,13 @@ def test_fsdp_plugin_makes_distributed_type_fsdp() -> None:
     assert PartialState().distributed_type == DistributedType.FSDP
     assert state.is_fsdp2 is False
     assert GradientState().is_xla_gradients_synced is True
+    assert dist.is_initialized() and dist.get_world_size() == 1  # FSDP's group of one
+    assert state.backend == "gloo"
+    with pytest.raises(ValueError, match="fsdp_plugin"):
+        AcceleratorState(fsdp_plugin=FakeFsdpPlugin(fsdp_version=2))
 
 
-def test_fsdp2_plugin_is_reported() -> None:
+def test_fsdp2_plugin_is_reported(launched_alone: None) -> None:
     assert AcceleratorState(fsdp_plugin=FakeFsdpPlugin(fsdp_version=2)).is_fsdp2 is True
 
 

@@ -9,6 +9,7 @@ import pytest
 from nbaccel import Accelerator
 from nbaccel.config import load_config_file, resolve_launch
 from nbaccel.config.resolve import configured_precision
+from nbaccel.environment import fp16_fallback_warning, fp16_unavailable_note
 from nbaccel.launch.config import LaunchConfig
 from nbaccel.widgets import ConfigPanel, Hardware, PanelValues
 
@@ -31,7 +32,8 @@ def test_defaults_follow_the_hardware_and_are_valid(tmp_path: Path) -> None:
     [
         ({"num_processes": 3}, "num_processes", "at most 2: this machine has 2 CPU cores"),
         ({"num_processes": 0}, "num_processes", "at least 1"),
-        ({"mixed_precision": "fp16"}, "mixed_precision", "not supported on CPU"),
+        ({"mixed_precision": "fp16"}, "mixed_precision", "fp16 does not train on the CPU"),
+        ({"mixed_precision": "fp8"}, "mixed_precision", "not supported on CPU"),
         ({"device": "gpu"}, "device", "no GPU"),
         ({"num_machines": 2}, "main_process_ip", "address of machine 0"),
         ({"num_machines": 2, "machine_rank": 2}, "machine_rank", "between 0 and 1"),
@@ -67,6 +69,31 @@ def test_an_invalid_value_shows_its_message_next_to_the_field(
     assert panel.buttons["Launch"].disabled
     with pytest.raises(ValueError, match="not valid"):
         _ = panel.config
+
+
+def test_fp16_on_the_cpu_is_refused_by_the_rule_and_words_of_accelerator_and_launcher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A config file that says fp16 on a CPU-only machine: the panel refuses it with the
+    words of the warning that Accelerator() and notebook_launcher give for the same file."""
+    path = tmp_path / "cpu_fp16.yaml"
+    path.write_text("use_cpu: true\nnum_processes: 2\nmixed_precision: fp16\n")
+    monkeypatch.setenv("NBACCEL_CONFIG_FILE", str(path))
+    panel = ConfigPanel(hardware=CPU2, path=path)
+    panel.load()
+    assert panel.mixed_precision == "fp16"
+    refusal = panel.errors["mixed_precision"]
+    assert refusal == f"{fp16_unavailable_note('cpu')}; use no, bf16"
+    assert "fp16" in list(panel.controls["mixed_precision"].options)  # shown as loaded
+    with pytest.warns(UserWarning) as launcher:
+        assert LaunchConfig.build(num_processes=None).mixed_precision == "fp16"
+    with pytest.warns(UserWarning) as accelerator:
+        assert Accelerator(cpu=True).mixed_precision == "fp16"  # as Accelerate reports it
+    for caught in (launcher, accelerator):
+        assert [str(w.message) for w in caught] == [fp16_fallback_warning("cpu")]
+        assert fp16_unavailable_note("cpu") in str(caught[0].message)
+    panel.mixed_precision = "bf16"
+    assert panel.errors == {}
 
 
 def test_editing_the_control_updates_the_panel_and_clears_the_message(tmp_path: Path) -> None:

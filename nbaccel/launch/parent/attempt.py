@@ -40,6 +40,8 @@ def banner(config: LaunchConfig, method: str, verb: str = "Launching") -> str:
     precision = ""
     if config.mixed_precision != "no":
         precision = f", mixed precision {config.mixed_precision}"
+        if config.precision_falls_back:  # the warning above says why
+            precision += " (trains in fp32 on the CPU)"
     count = config.num_processes
     if config.fsdp_config is not None:
         precision += f", FSDP ({FsdpConfig(config.fsdp_config).describe(config.cpu)})"

@@ -33,6 +33,12 @@ class RankFate:
     exit_code: int | None = None
     error: RemoteException | None = None
     when: float | None = None
+    host: str = ""  # the hosts= entry of the machine the rank ran on; empty: this machine
+
+    @property
+    def where(self) -> str:
+        """``"rank 2"``, or ``"rank 2 on node2"`` for a rank on another machine."""
+        return f"rank {self.rank} on {self.host}" if self.host else f"rank {self.rank}"
 
     @property
     def signal_name(self) -> str | None:
@@ -68,7 +74,11 @@ class RankFate:
 
 def format_fates(fates: list[RankFate]) -> str:
     """A table with one line per rank."""
-    return "\n".join(f"  rank {f.rank:>3} (local {f.local_rank}): {f.describe()}" for f in fates)
+    return "\n".join(
+        f"  rank {f.rank:>3} ({f'{f.host}, ' if f.host else ''}local {f.local_rank}): "
+        f"{f.describe()}"
+        for f in fates
+    )
 
 
 def root_cause(fates: list[RankFate]) -> RankFate | None:
@@ -97,7 +107,8 @@ class WorkerError(RuntimeError):
         type_name: the exception's type name, or the signal / exit code.
         message: the exception's message.
         remote_traceback: the traceback as formatted in the worker.
-        fates: what became of every rank on this machine.
+        fates: what became of every rank on this machine (of every machine for ``hosts=``).
+        host: the machine of the failed rank (``hosts=``), else empty.
     """
 
     def __init__(
@@ -108,8 +119,10 @@ class WorkerError(RuntimeError):
         message: str,
         remote_traceback: str = "",
         fates: list[RankFate] | None = None,
+        host: str = "",
     ) -> None:
         self.rank = rank
+        self.host = host
         self.local_rank = local_rank
         self.type_name = type_name
         self.message = message
@@ -118,16 +131,18 @@ class WorkerError(RuntimeError):
         super().__init__(self._text())
 
     def _text(self) -> str:
-        lines = [f"rank {self.rank} failed: {self.type_name}: {self.message}"]
+        where = f"rank {self.rank} on {self.host}" if self.host else f"rank {self.rank}"
+        lines = [f"{where} failed: {self.type_name}: {self.message}"]
         if self.remote_traceback:
-            lines += ["", f"Traceback on rank {self.rank}:", self.remote_traceback.rstrip()]
+            lines += ["", f"Traceback on {where}:", self.remote_traceback.rstrip()]
         if self.fates:
-            lines += ["", "Every rank on this machine:", format_fates(self.fates)]
+            scope = "Every rank" if self.host else "Every rank on this machine"
+            lines += ["", f"{scope}:", format_fates(self.fates)]
         return "\n".join(lines)
 
     def __reduce__(self) -> tuple[Any, ...]:
         args = (self.rank, self.local_rank, self.type_name, self.message, self.remote_traceback)
-        return (type(self), (*args, self.fates))
+        return (type(self), (*args, self.fates, self.host))
 
 
 class LaunchTimeoutError(WorkerError, TimeoutError):
@@ -158,7 +173,13 @@ def build_error(cause: RankFate, fates: list[RankFate]) -> BaseException:
     if cause.error is not None:
         err = cause.error
         worker_error = WorkerError(
-            cause.rank, cause.local_rank, err.type_name, err.message, err.traceback, fates
+            cause.rank,
+            cause.local_rank,
+            err.type_name,
+            err.message,
+            err.traceback,
+            fates,
+            host=cause.host,
         )
         original = err.rebuild()
         if original is None:
@@ -166,10 +187,10 @@ def build_error(cause: RankFate, fates: list[RankFate]) -> BaseException:
         original.__cause__ = worker_error
         original.__traceback__ = None
         if hasattr(original, "add_note"):
-            original.add_note(f"(raised on rank {cause.rank}; see the WorkerError above)")
+            original.add_note(f"(raised on {cause.where}; see the WorkerError above)")
         return original
     if cause.state == "signalled":
-        kind, message = str(cause.signal_name), f"rank {cause.rank} was {cause.describe()}"
+        kind, message = str(cause.signal_name), f"{cause.where} was {cause.describe()}"
     else:
-        kind, message = "exit", f"rank {cause.rank} {cause.describe()} before returning a result"
-    return WorkerError(cause.rank, cause.local_rank, kind, message, "", fates)
+        kind, message = "exit", f"{cause.where} {cause.describe()} before returning a result"
+    return WorkerError(cause.rank, cause.local_rank, kind, message, "", fates, host=cause.host)

@@ -20,7 +20,7 @@ from ..spec import WorkerSpec
 from ..states import Fate, RankState
 from .dashboards import StopFlag
 from .errors import LaunchStopped, RankFate
-from .supervisor import Supervisor, WorkerLink
+from .supervisor import Starter, Supervisor, WorkerLink
 
 __all__ = ["GroupOutcome", "LaunchGroup"]
 
@@ -51,6 +51,7 @@ class LaunchGroup:
         on_wait: called by the supervising thread before each wait (so at least every
             ``monitor_interval`` seconds), e.g. to let a busy Jupyter kernel handle the
             dashboard's Stop click; it may set ``stop_requested``.
+        starter: how each worker starts (see :class:`Supervisor`); default a local child.
     """
 
     def __init__(
@@ -64,8 +65,11 @@ class LaunchGroup:
         stop_requested: StopFlag | None = None,
         on_started: Callable[[dict[int, int]], None] | None = None,
         on_wait: Callable[[], None] | None = None,
+        starter: Starter | None = None,
     ) -> None:
-        self.supervisor = Supervisor(specs, self._on_message, on_started=on_started)
+        self.supervisor = Supervisor(
+            specs, self._on_message, on_started=on_started, starter=starter
+        )
         self.specs = specs
         self.on_wait = on_wait
         self.stop_requested = stop_requested

@@ -129,6 +129,7 @@ def worker_env(
         mixed_precision=config.mixed_precision,
         debug=config.debug,
         use_cpu=config.cpu,
+        precision_warned=config.precision_falls_back,  # LaunchConfig.build warned already
     )
     if config.fsdp_config is not None:  # the config file in force asks for FSDP
         fsdp = FsdpConfig(config.fsdp_config).for_processes(config.cpu)

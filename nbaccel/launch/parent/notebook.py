@@ -8,6 +8,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from ...environment import precision_warned_variables
 from ...state.registry import STATE, reset_registry, set_aside
 from ..config import LaunchConfig
 from ..events import RankStateEvent, emit
@@ -17,6 +18,7 @@ from ..states import RankState
 from .attempt import LaunchPlan
 from .dashboards import Board, open_dashboard
 from .errors import LaunchStopped, WorkerError
+from .hostplan import HostsPlan
 from .variables import temporary_environment
 from .xla import launch_xla
 
@@ -52,6 +54,11 @@ def notebook_launcher(
     on_event: Callable[[Any], None] | None = None,
     dashboard: bool | Any | None = None,
     display_ranks: int | list[int] | str | None = None,
+    hosts: list[str] | None = None,
+    python: str | None = None,
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    connect_timeout: float | None = None,
 ) -> list[Any]:
     """Run ``function(*args)`` on ``num_processes`` processes of this machine and return
     the list of their return values, indexed by local process index.
@@ -61,8 +68,15 @@ def notebook_launcher(
     config panel's Save): ``max_restarts`` (else 0) and ``start_method`` (else ``"auto"``)
     among them.
 
+    With ``hosts=["node1", "node2"]`` the ranks run on those machines instead, started over
+    ssh from this notebook, ``num_processes`` on each; the list holds every rank's value in
+    global rank order (docs/launcher.md, "Several machines from one notebook (SSH)").
+
     Raises:
         ValueError / TypeError: a bad argument (nothing was started).
+        HostError: a host of ``hosts=`` is unreachable or runs other versions (nothing was
+            started).
+        MachineLostError: a machine stopped answering; the ranks everywhere were stopped.
         CudaInitializedError: fork was asked for after CUDA was initialised in this process.
         WorkerError: a rank failed (the original exception is raised where it can be rebuilt,
             with the WorkerError as its cause).
@@ -99,6 +113,11 @@ def notebook_launcher(
         cpu=cpu,
         debug=debug,
         display_ranks=display_ranks,
+        hosts=hosts,
+        python=python,
+        cwd=cwd,
+        env=env,
+        connect_timeout=connect_timeout,
     )
     refuse_existing_state()
     call_args, call_kwargs = tuple(args), dict(kwargs or {})
@@ -148,6 +167,19 @@ def _dispatch(
     """Run the launch on the path the config asks for (TPU, in this process, or workers)."""
     if config.accelerator == "xla":
         return launch_xla(function, call_args, call_kwargs, config)
+    if config.hosts is not None:  # every machine started from here, over ssh
+        hosts_plan = HostsPlan(
+            function,
+            call_args,
+            call_kwargs,
+            config,
+            "fork",  # what each host's agent does
+            on_event,
+            line_sink=board.line_sink if board else None,
+            stop_requested=board.stop_requested if board else None,
+            on_wait=board.on_wait if board else None,
+        )
+        return _with_restarts(hosts_plan.run, config, restartable=_is_rank_failure)
     if config.num_processes == 1 and not config.multi_node:
         return _with_restarts(
             lambda attempt: [
@@ -238,6 +270,8 @@ def _run_here(
         "NBACCEL_USE_CPU": "1" if config.cpu else "0",
         "NBACCEL_RESTART_COUNT": str(attempt),
     }
+    if config.precision_falls_back:  # LaunchConfig.build warned already
+        changes.update(precision_warned_variables())
     with temporary_environment(changes):
         STATE.event_sink, STATE.worker_rank = on_event, 0
         emit(RankStateEvent(rank=0, state=RankState.RUNNING, restart_count=attempt))

@@ -22,7 +22,7 @@ from ..protocol import WorkerMessage, decode
 from ..spec import WorkerSpec
 from .processes import start_worker
 
-__all__ = ["Supervisor", "WorkerLink"]
+__all__ = ["Starter", "Supervisor", "WorkerLink"]
 
 
 class WorkerLink(Protocol):
@@ -55,6 +55,10 @@ class WorkerLink(Protocol):
         """Release what the launcher holds for this worker."""
 
 
+# starts one worker: (its spec, the launcher's descriptors it must not keep) -> its link
+Starter = Callable[[WorkerSpec, tuple[int, ...]], WorkerLink]
+
+
 class Supervisor:
     """The workers of one group on this machine, and the wait for their messages and exits.
 
@@ -64,6 +68,9 @@ class Supervisor:
         keep_out: the launcher's own descriptors that no forked worker may keep (a pool's
             write ends of the task pipes).
         on_started: called once after :meth:`start` with ``{global rank: pid}``.
+        starter: starts one worker and returns its link; default ``processes.start_worker``
+            (a local child). A launch on other machines passes ``hostplan``'s, whose links
+            are ranks run by a host's agent.
     """
 
     def __init__(
@@ -72,7 +79,9 @@ class Supervisor:
         on_message: Callable[[WorkerMessage], None],
         keep_out: tuple[int, ...] = (),
         on_started: Callable[[dict[int, int]], None] | None = None,
+        starter: Starter | None = None,
     ) -> None:
+        self.starter: Starter = starter if starter is not None else start_worker
         self.specs = specs
         self.on_message = on_message
         self.keep_out = keep_out
@@ -89,7 +98,7 @@ class Supervisor:
                 foreign += self.keep_out
                 for handle in self.handles:
                     foreign += [handle.conn.fileno(), handle.sentinel]
-                self.handles.append(start_worker(spec, tuple(fd for fd in foreign if fd >= 0)))
+                self.handles.append(self.starter(spec, tuple(fd for fd in foreign if fd >= 0)))
         except BaseException:  # e.g. an interrupt while starting: stop what did start
             self.kill_all(grace=0.5)
             self.release()

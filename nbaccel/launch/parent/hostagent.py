@@ -1,0 +1,303 @@
+"""The agent on a host of ``hosts=[...]``: ``python -m nbaccel.launch.parent.hostagent``.
+
+The notebook starts one per host over ssh and talks to it over that ssh process's stdin and
+stdout only (``hostwire.py``'s frames); nothing listens. The agent says hello (versions, host
+name, the address ssh reached, a free port), receives its ranks' ``WorkerSpec``s, forks them
+with the same code as a local launch (``processes.start_worker``, ``worker/``), forwards each
+rank's messages, output and exit, and passes on signals. When the notebook goes away (its
+stdin ends, or nothing is heard for ``node_timeout``), the agent kills its ranks and ends;
+they also die with it (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import socket
+import sys
+import time
+import traceback
+from typing import Any
+
+import cloudpickle
+import torch
+
+from ...environment import cuda_device_count, ssh_server_address
+from ...version import __version__
+from ..nodes.netif import route_to
+from ..spec import WorkerSpec
+from .hostwire import (
+    MAGIC,
+    Exit,
+    Fatal,
+    Frame,
+    FrameReader,
+    Hello,
+    Job,
+    Kill,
+    Message,
+    Output,
+    Ping,
+    Signal,
+    Started,
+    encode_frame,
+)
+from .processes import WorkerHandle, start_worker
+
+__all__ = ["main"]
+
+_BEAT_S = 1.0
+_JOB_WAIT_S = 900.0  # the notebook checks every host before sending the job
+_OUTPUT_GRACE_S = 5.0  # a rank's grandchildren may hold its output open this long
+
+
+class _Gone(Exception):
+    """The notebook is gone or silent: stop the ranks and end."""
+
+
+class _Rank:
+    def __init__(self, handle: WorkerHandle, out_fd: int, err_fd: int) -> None:
+        self.handle = handle
+        self.outputs = {out_fd: 1, err_fd: 2}
+        self.exit_sent = False
+        self.exited_at = 0.0
+
+
+class Agent:
+    """One host's agent: ``read_fd`` and ``write_fd`` are the ends of the ssh channel."""
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self.read_fd, self.write_fd = read_fd, write_fd
+        self.reader = FrameReader()
+        self.ranks: dict[int, _Rank] = {}
+        self.heard = time.monotonic()
+        self.sent = 0.0
+        self.node_timeout = 60.0
+
+    # -- the channel ---------------------------------------------------------------------------
+    def send(self, frame: Frame) -> None:
+        data = memoryview(encode_frame(frame))
+        while data:
+            try:
+                done = os.write(self.write_fd, data)
+            except OSError as exc:  # the ssh session ended
+                raise _Gone(f"the notebook's connection closed ({exc})") from None
+            data = data[done:]
+        self.sent = time.monotonic()
+
+    def _incoming(self) -> list[Frame]:
+        try:
+            data = os.read(self.read_fd, 1 << 16)
+        except OSError as exc:
+            raise _Gone(f"the notebook's connection failed ({exc})") from None
+        if not data:
+            raise _Gone("the notebook closed the connection")
+        self.heard = time.monotonic()
+        return self.reader.feed(data)
+
+    def _beat(self) -> None:
+        now = time.monotonic()
+        if now - self.sent >= _BEAT_S:
+            self.send(Ping())
+        if now - self.heard > self.node_timeout:
+            raise _Gone(f"nothing heard from the notebook for {self.node_timeout:.0f}s")
+
+    # -- the run ---------------------------------------------------------------------------------
+    def run(self) -> int:
+        os.write(self.write_fd, MAGIC)
+        self.send(_hello())
+        job = self._wait_for_job()
+        try:
+            specs = _load(job)
+        except BaseException as exc:
+            self.send(Fatal(f"{type(exc).__name__}: {exc}"))
+            return 1
+        self.node_timeout = job.node_timeout
+        self._start(specs)
+        while not self._done():
+            self._step()
+        return 0
+
+    def _wait_for_job(self) -> Job:
+        deadline = time.monotonic() + _JOB_WAIT_S
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.read_fd], [], [], _BEAT_S)
+            if ready:
+                for frame in self._incoming():
+                    if isinstance(frame, Job):
+                        return frame
+            if time.monotonic() - self.sent >= _BEAT_S:
+                self.send(Ping())
+        raise _Gone(f"no job arrived within {_JOB_WAIT_S:.0f}s")
+
+    def _start(self, specs: list[WorkerSpec]) -> None:
+        pipes = {s.rank: (os.pipe(), os.pipe()) for s in specs}
+        every = [fd for pair in pipes.values() for ends in pair for fd in ends]
+        try:
+            for spec in specs:
+                (out_r, out_w), (err_r, err_w) = pipes[spec.rank]
+                spec.stdout_fd, spec.stderr_fd = out_w, err_w
+                spec.parent_pid, spec.start_method = os.getpid(), "fork"
+                foreign = [fd for fd in every if fd not in (out_w, err_w)]
+                foreign += [self.read_fd, self.write_fd]
+                for rank in self.ranks.values():
+                    foreign += [rank.handle.conn.fileno(), rank.handle.sentinel]
+                handle = start_worker(spec, tuple(fd for fd in foreign if fd >= 0))
+                self.ranks[spec.rank] = _Rank(handle, out_r, err_r)
+                self.send(Started(spec.rank, handle.pid))
+        finally:
+            for (_, out_w), (_, err_w) in pipes.values():
+                os.close(out_w)
+                os.close(err_w)
+        for rank in self.ranks.values():
+            for fd in rank.outputs:
+                os.set_blocking(fd, False)
+
+    def _step(self) -> None:
+        waiting: dict[int, Any] = {self.read_fd: None}
+        for number, rank in self.ranks.items():
+            handle = rank.handle
+            if handle.conn_open:
+                waiting[handle.conn.fileno()] = ("conn", number)
+            if handle.exit_code is None and handle.sentinel >= 0:
+                waiting[handle.sentinel] = ("exit", number)
+            for fd in rank.outputs:
+                waiting[fd] = ("output", number)
+        ready, _, _ = select.select(list(waiting), [], [], _BEAT_S / 2)
+        for fd in ready:
+            if fd == self.read_fd:
+                for frame in self._incoming():
+                    self._obey(frame)
+                continue
+            what, number = waiting[fd]
+            rank = self.ranks[number]
+            if what == "conn":
+                self._forward_message(number, rank)
+            elif what == "output":
+                self._forward_output(number, rank, fd)
+            else:
+                rank.handle.poll()
+        for number, rank in self.ranks.items():
+            handle = rank.handle
+            if handle.sentinel < 0:
+                handle.poll()
+            if not rank.exit_sent and handle.exit_code is not None and not handle.conn_open:
+                rank.exit_sent = True
+                rank.exited_at = time.monotonic()
+                self.send(Exit(number, handle.exit_code))
+        self._beat()
+
+    def _obey(self, frame: Frame) -> None:
+        if isinstance(frame, Signal) and frame.rank in self.ranks:
+            self.ranks[frame.rank].handle.send_signal(frame.sig)
+        elif isinstance(frame, Kill) and frame.rank in self.ranks:
+            self.ranks[frame.rank].handle.kill()
+
+    def _forward_message(self, number: int, rank: _Rank) -> None:
+        try:
+            data = rank.handle.conn.recv_bytes()
+        except (EOFError, OSError):
+            rank.handle.conn.close()
+            rank.handle.conn_open = False
+            return
+        self.send(Message(number, data))
+
+    def _forward_output(self, number: int, rank: _Rank, fd: int) -> None:
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        self.send(Output(number, rank.outputs[fd], data))
+        if not data:
+            del rank.outputs[fd]
+            os.close(fd)
+
+    def _done(self) -> bool:
+        if not all(rank.exit_sent for rank in self.ranks.values()):
+            return False
+        now = time.monotonic()
+        for number, rank in self.ranks.items():
+            if rank.outputs and now - rank.exited_at > _OUTPUT_GRACE_S:
+                for fd, stream in list(rank.outputs.items()):
+                    self.send(Output(number, stream, b""))
+                    os.close(fd)
+                rank.outputs.clear()
+        return not any(rank.outputs for rank in self.ranks.values())
+
+    def stop_all(self) -> None:
+        """Kill every rank still running and reap it."""
+        for rank in self.ranks.values():
+            with contextlib.suppress(OSError):
+                rank.handle.kill()
+
+
+def _hello() -> Hello:
+    address = ssh_server_address() or ""
+    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as probe:
+        probe.bind((address, 0))
+        port = int(probe.getsockname()[1])
+    return Hello(
+        python=f"{sys.version_info.major}.{sys.version_info.minor}",
+        torch=str(torch.__version__),
+        nbaccel=__version__,
+        hostname=socket.gethostname(),
+        address=address,
+        port=port,
+        gpus=cuda_device_count(),
+        pid=os.getpid(),
+    )
+
+
+def _load(job: Job) -> list[WorkerSpec]:
+    """The job's specs, loaded where the notebook's paths are set, with gloo's interface."""
+    if job.cwd:
+        try:
+            os.chdir(job.cwd)
+        except OSError as exc:
+            raise FileNotFoundError(
+                f"the working directory {job.cwd!r} does not exist on {socket.gethostname()} "
+                f"({exc.strerror}); pass cwd= naming a directory there"
+            ) from None
+    sys.path[:] = list(job.sys_path) + [p for p in sys.path if p not in job.sys_path]
+    specs = cloudpickle.loads(job.specs)
+    route = route_to(job.master_addr)
+    for spec in specs:
+        if not spec.env.get("GLOO_SOCKET_IFNAME") and route.interface:
+            spec.env["GLOO_SOCKET_IFNAME"] = route.interface
+        spec.cwd = job.cwd
+    return list(specs)
+
+
+def main() -> int:
+    """Take the ssh channel off fds 0 and 1 (a rank's prints must never reach it), then run."""
+    read_fd, write_fd = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the notebook decides when ranks stop
+
+    def leave(signum: int, frame: Any) -> None:
+        raise _Gone(f"the agent received {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, leave)  # a rank sets its own SIGTERM back to the default
+    agent = Agent(read_fd, write_fd)
+    try:
+        return agent.run()
+    except _Gone as gone:
+        print(f"nbaccel agent on {socket.gethostname()}: {gone}", file=sys.stderr, flush=True)
+        return 1
+    except BaseException as exc:
+        with contextlib.suppress(_Gone):
+            agent.send(Fatal("".join(traceback.format_exception(exc))))
+        return 1
+    finally:
+        agent.stop_all()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,377 @@
+"""The notebook's side of a host's agent: one ssh process per host, one link per remote rank.
+
+:class:`AgentLink` starts ``ssh ... python -m nbaccel.launch.parent.hostagent``, reads its
+frames on one thread (``hostwire.py``) and beats every second on another. Each remote rank
+is a :class:`RemoteLink`, a ``supervisor.WorkerLink``: its ``conn`` gets the rank's message
+bytes from the reader thread, its ``sentinel`` becomes readable when the agent reports the
+rank's exit, and its output goes into the relay's pipes of that rank, so the supervisor,
+the launch group and the relay treat it as they treat a local child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from multiprocessing import Pipe
+
+from ..hostargs import HostTarget
+from ..spec import WorkerSpec
+from .hostwire import (
+    Exit,
+    Fatal,
+    Frame,
+    FrameReader,
+    Hello,
+    Job,
+    Kill,
+    Message,
+    Output,
+    Ping,
+    Signal,
+    Started,
+    encode_frame,
+)
+
+__all__ = ["AGENT_MODULE", "AgentLink", "HostError", "RemoteLink"]
+
+AGENT_MODULE = "nbaccel.launch.parent.hostagent"
+_BEAT_S = 1.0
+_KILL_WAIT_S = 10.0
+_CLOSE_WAIT_S = 5.0
+_STDERR_KEEP = 8192
+_LOST_CODE = -int(signal.SIGKILL)
+
+
+class HostError(RuntimeError):
+    """A machine of ``hosts=`` cannot take part (unreachable, other versions, its agent
+    failed); nothing was started on any machine, or what was is stopped.
+
+    Attributes:
+        host: the ``hosts=`` entry.
+    """
+
+    def __init__(self, host: str, message: str) -> None:
+        super().__init__(message)
+        self.host = host
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.host, str(self)))
+
+
+class RemoteLink:
+    """One rank run by a host's agent, as the supervisor sees a worker (``WorkerLink``)."""
+
+    def __init__(self, spec: WorkerSpec, agent: AgentLink, out_fd: int, err_fd: int) -> None:
+        self.spec = spec
+        self.agent = agent
+        self.pid = -1
+        self.conn, self._feed = Pipe(duplex=False)
+        self.conn_open = True
+        self.sentinel, self._sentinel_w = os.pipe()
+        self.exit_code: int | None = None
+        self.outputs: dict[int, int] = {1: out_fd, 2: err_fd}  # stream -> relay's write end
+        self._reported: int | None = None
+        self._lock = threading.Lock()
+        self._started = threading.Event()
+
+    # -- from the agent's reader thread ----------------------------------------------------------
+    def started(self, pid: int) -> None:
+        self.pid = pid
+        self._started.set()
+
+    def deliver(self, data: bytes) -> None:
+        with self._lock:
+            if self._reported is None:
+                with contextlib.suppress(OSError):
+                    self._feed.send_bytes(data)
+
+    def write_output(self, stream: int, data: bytes) -> None:
+        fd = self.outputs.get(stream)
+        if fd is None:
+            return
+        if not data:  # that stream ended
+            self._close_output(stream)
+            return
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError:
+            self._close_output(stream)
+
+    def _close_output(self, stream: int) -> None:
+        fd = self.outputs.pop(stream, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def ended(self, code: int) -> None:
+        """The rank ended (or its machine was lost: ``-SIGKILL``)."""
+        with self._lock:
+            if self._reported is not None:
+                return
+            self._reported = code
+            self._feed.close()
+            os.close(self._sentinel_w)
+        self._started.set()
+
+    # -- the supervisor's side ---------------------------------------------------------------
+    def wait_started(self, timeout: float) -> None:
+        """Wait until the agent started this rank; ``HostError`` where it did not."""
+        if not self._started.wait(timeout):
+            self.agent.declare_lost(f"it did not start rank {self.spec.rank} within {timeout:.0f}s")
+        if self.pid < 0:
+            raise HostError(
+                self.agent.target.entry,
+                f"rank {self.spec.rank} did not start on {self.agent.target.entry}: "
+                f"{self.agent.lost or 'no answer'}",
+            )
+
+    def poll(self) -> int | None:
+        if self.exit_code is None:
+            self.agent.check_heard()
+            self.exit_code = self._reported
+        return self.exit_code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            self.agent.send(Signal(self.spec.rank, int(sig)))
+
+    def kill(self) -> None:
+        """Kill the rank and wait for its exit; a machine that does not answer counts as lost
+        (its agent kills its ranks when it no longer hears the notebook)."""
+        if self.poll() is not None:
+            return
+        self.agent.send(Kill(self.spec.rank))
+        deadline = time.monotonic() + _KILL_WAIT_S
+        while self._reported is None and time.monotonic() < deadline:
+            with contextlib.suppress(OSError, EOFError):  # unblock the reader: drop messages
+                while self.conn_open and self.conn.poll(0.05):
+                    self.conn.recv_bytes()
+        if self._reported is None:
+            self.agent.declare_lost(f"rank {self.spec.rank} was not reported killed")
+        self.poll()
+
+    def close(self) -> None:
+        if self.conn_open:
+            self.conn.close()
+            self.conn_open = False
+        if self.sentinel >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.sentinel)
+            self.sentinel = -1
+
+
+class AgentLink:
+    """One host's agent, reached over ssh (``ssh_argv``); see the module's docstring."""
+
+    def __init__(self, index: int, target: HostTarget, python: str, connect_timeout: float) -> None:
+        self.index, self.target = index, target
+        self.connect_timeout = connect_timeout
+        self.node_timeout = 60.0
+        self.argv = ssh_argv(target, python, connect_timeout)
+        self.links: dict[int, RemoteLink] = {}
+        self.hello: Hello | None = None
+        self.lost: str | None = None  # why the agent is gone before its ranks ended
+        self.fatal: str | None = None
+        self.heard = time.monotonic()
+        self._hello_seen = threading.Event()
+        self._send_lock = threading.Lock()
+        self._closing = threading.Event()
+        self._stderr = bytearray()
+        self._reader = FrameReader(expect_magic=True)
+        self.process = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # an interrupt of the kernel reaches the launcher only
+        )
+        self._threads = [
+            threading.Thread(target=self._read, name=f"nbaccel-agent-{index}", daemon=True),
+            threading.Thread(
+                target=self._read_stderr, name=f"nbaccel-agent-{index}-err", daemon=True
+            ),
+            threading.Thread(target=self._beat, name=f"nbaccel-agent-{index}-beat", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    # -- hello ---------------------------------------------------------------------------------
+    def wait_hello(self, deadline: float) -> Hello:
+        """The agent's hello; ``HostError`` naming the host and what ssh or the agent said."""
+        self._hello_seen.wait(max(0.0, deadline - time.monotonic()))
+        if self.hello is not None:
+            return self.hello
+        entry = self.target.entry
+        code = self.process.poll()
+        said = self.stderr_text() or bytes(self._reader.preamble).decode("utf-8", "replace")
+        said = said.strip()[-2000:]
+        if code is None:
+            raise HostError(
+                entry,
+                f"{entry} did not answer within {self.connect_timeout:.0f}s (connect_timeout) "
+                f"plus 60s for its agent to start. ssh said: {said or 'nothing'}. Check that "
+                f"`ssh {entry}` works from this machine without a password.",
+            )
+        if code == 255:
+            raise HostError(
+                entry,
+                f"could not reach {entry} over ssh within connect_timeout="
+                f"{self.connect_timeout:g}s: {said or f'ssh exited with {code}'}. Check the "
+                f"name, the network and that `ssh {entry}` works without a password "
+                "(keys or an agent; ~/.ssh/config is read).",
+            )
+        raise HostError(
+            entry,
+            f"the nbaccel agent did not start on {entry} (exit code {code}): {said}. The "
+            f"command was `{self.argv[-1]}`; install nbaccel and torch for that interpreter "
+            "there, or name another with python=.",
+        )
+
+    # -- frames ----------------------------------------------------------------------------------
+    def send(self, frame: Frame) -> None:
+        """Send one frame; a broken connection marks the agent lost."""
+        data = encode_frame(frame)
+        stdin = self.process.stdin
+        assert stdin is not None
+        try:
+            with self._send_lock:
+                stdin.write(data)
+                stdin.flush()
+        except (OSError, ValueError):
+            self.declare_lost("the ssh connection to it closed")
+
+    def send_job(self, job: Job) -> None:
+        self.node_timeout = job.node_timeout
+        self.heard = time.monotonic()
+        self.send(job)
+
+    def _read(self) -> None:
+        stdout = self.process.stdout
+        assert stdout is not None
+        try:
+            while True:
+                data = os.read(stdout.fileno(), 1 << 16)
+                if not data:
+                    break
+                self.heard = time.monotonic()
+                for frame in self._reader.feed(data):
+                    self._dispatch(frame)
+        except (OSError, ValueError) as exc:
+            self.declare_lost(f"its stream could not be read ({exc})")
+        try:
+            code = self.process.wait(timeout=_CLOSE_WAIT_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._hello_seen.set()
+        if any(link._reported is None for link in self.links.values()) and self.links:
+            tail = self.stderr_text().strip().splitlines()[-3:]
+            said = f": {' / '.join(tail)}" if tail else ""
+            self.declare_lost(self.fatal or f"the ssh connection ended (exit code {code}){said}")
+        self._close_outputs()
+
+    def _dispatch(self, frame: Frame) -> None:
+        if isinstance(frame, Hello):
+            self.hello = frame
+            self._hello_seen.set()
+        elif isinstance(frame, Message) and frame.rank in self.links:
+            self.links[frame.rank].deliver(frame.data)
+        elif isinstance(frame, Output) and frame.rank in self.links:
+            self.links[frame.rank].write_output(frame.stream, frame.data)
+        elif isinstance(frame, Started) and frame.rank in self.links:
+            self.links[frame.rank].started(frame.pid)
+        elif isinstance(frame, Exit) and frame.rank in self.links:
+            self.links[frame.rank].ended(frame.code)
+        elif isinstance(frame, Fatal):
+            self.fatal = f"its agent failed: {frame.text.strip()}"
+            self.declare_lost(self.fatal, end_ssh=False)  # the agent ends by itself
+
+    def _read_stderr(self) -> None:
+        stderr = self.process.stderr
+        assert stderr is not None
+        with contextlib.suppress(OSError, ValueError):
+            for line in iter(lambda: os.read(stderr.fileno(), 4096), b""):
+                self._stderr.extend(line)
+                del self._stderr[:-_STDERR_KEEP]
+
+    def stderr_text(self) -> str:
+        return bytes(self._stderr).decode("utf-8", "replace")
+
+    def _beat(self) -> None:
+        while not self._closing.wait(_BEAT_S):
+            if self.process.poll() is not None:
+                return
+            self.send(Ping())
+
+    # -- loss and the end ------------------------------------------------------------------------
+    def check_heard(self) -> None:
+        """Declare the agent lost once it was silent for ``node_timeout`` (it beats every
+        second), so a cut network ends the launch instead of hanging it."""
+        if self.lost is None and self.links and not self._closing.is_set():
+            silent = time.monotonic() - self.heard
+            if silent > self.node_timeout:
+                self.declare_lost(f"nothing was heard from it for {silent:.0f}s (node_timeout)")
+
+    def declare_lost(self, reason: str, end_ssh: bool = True) -> None:
+        """The machine is gone: its unfinished ranks count as killed, the ssh process ends
+        (unless ``end_ssh`` is False: :meth:`close` then waits for the agent to end)."""
+        if self._closing.is_set():
+            reason = ""  # our own close: not a loss
+        pending = [link for link in self.links.values() if link._reported is None]
+        if self.lost is None and reason and pending:
+            self.lost = reason
+        for link in pending:
+            link.ended(_LOST_CODE)
+        if end_ssh and pending and self.process.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+
+    def _close_outputs(self) -> None:
+        for link in self.links.values():
+            for stream in list(link.outputs):
+                link._close_output(stream)
+
+    def close(self) -> None:
+        """End the agent (closing its stdin makes it kill what still runs) and the ssh
+        process; join the threads; close the relay ends held for its ranks."""
+        self._closing.set()
+        with contextlib.suppress(OSError, ValueError), self._send_lock:
+            if self.process.stdin is not None:
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout=_CLOSE_WAIT_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=_CLOSE_WAIT_S)
+        for thread in self._threads:
+            thread.join(_CLOSE_WAIT_S)
+        self._close_outputs()
+        for link in self.links.values():
+            link.ended(_LOST_CODE)  # no-op for a rank whose exit was reported
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+
+def ssh_argv(target: HostTarget, python: str, connect_timeout: float) -> list[str]:
+    """The ssh command that starts ``target``'s agent (ssh reads ``~/.ssh/config`` itself)."""
+    return [
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"ConnectTimeout={max(1, math.ceil(connect_timeout))}",
+        *target.ssh_options(),
+        "--",
+        target.destination,
+        shlex.join([python, "-m", AGENT_MODULE]),
+    ]

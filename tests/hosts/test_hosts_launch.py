@@ -1,0 +1,241 @@
+"""notebook_launcher(..., hosts=[...]) from a real Jupyter kernel on the bed's login machine:
+the ranks run on node1 and node2, started over ssh (one agent per host), and nothing is left
+behind on any host, whatever way the launch ends."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.hosts.bed import HostBed
+from tests.hosts.login_kernel import LoginKernel
+
+AGENT = "nbaccel.launch.parent.hostagent"
+
+SETUP = """
+import socket, time
+from nbaccel import notebook_launcher
+
+def gone():
+    # every host: the same process table here, so one pgrep sees node1's and node2's
+    import subprocess
+    found = subprocess.run(["pgrep", "-f", "@AGENT@"], capture_output=True, text=True)
+    return found.stdout.split()
+""".replace("@AGENT@", AGENT)
+
+
+def _remote_pids(bed: HostBed, node: str) -> list[str]:
+    """The agents (and their forked ranks) that ``ssh node pgrep`` finds."""
+    # "[n]baccel...": the pattern does not match the remote shell's own command line
+    done = bed.run("login", ["ssh", node, f"pgrep -f '[n]{AGENT[1:]}' || true"], timeout=30)
+    assert done.returncode == 0, done.stderr
+    return [pid for pid in done.stdout.split() if pid.strip()]
+
+
+def _no_agents_within(bed: HostBed, seconds: float) -> list[str]:
+    deadline = time.monotonic() + seconds
+    while True:
+        found = subprocess.run(["pgrep", "-f", AGENT], capture_output=True, text=True)
+        if not found.stdout.split() or time.monotonic() > deadline:
+            return found.stdout.split()
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def kernel(host_bed: HostBed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoginKernel]:
+    cwd = tmp_path_factory.mktemp("hosts-kernel")
+    kernel = LoginKernel(host_bed, cwd)
+    done = kernel.run(SETUP, timeout=120)
+    assert done["error"] is None, done
+    yield kernel
+    kernel.stop()
+    assert _no_agents_within(host_bed, 15) == []
+
+
+def _ok(kernel: LoginKernel, code: str, timeout: float = 180) -> str:
+    done = kernel.run(code, timeout=timeout)
+    assert done["error"] is None, f"{done['error']}\nstdout:\n{done['stdout']}\n{done['stderr']}"
+    return str(done["stdout"]) + str(done["stderr"])
+
+
+def test_closure_runs_on_every_host_in_rank_order(kernel: LoginKernel, host_bed: HostBed) -> None:
+    out = _ok(
+        kernel,
+        """
+def make(scale):
+    def train(x):
+        import torch, torch.distributed as dist
+        from nbaccel import PartialState
+        state = PartialState()
+        t = torch.tensor([float(state.process_index + 1)])
+        dist.all_reduce(t)
+        print(f"hello from {socket.gethostname()} as {state.process_index}", flush=True)
+        return socket.gethostname(), state.process_index, float(t) * scale * x
+    return train
+
+results = notebook_launcher(make(2.0), (1.5,), num_processes=2, hosts=["node1", "node2"])
+print("RESULTS", results)
+print("LEFT", gone())
+""",
+    )
+    expected = [("node1", 0, 30.0), ("node1", 1, 30.0), ("node2", 2, 30.0), ("node2", 3, 30.0)]
+    assert f"RESULTS {expected}" in out, out
+    for rank, node in ((0, "node1"), (1, "node1"), (2, "node2"), (3, "node2")):
+        assert f"[{node} rank{rank}]: hello from {node} as {rank}\n" in out, out
+    assert "LEFT []" in out, out
+    assert _remote_pids(host_bed, "node1") == []
+
+
+def test_a_rank_raising_on_node2_raises_in_the_cell(kernel: LoginKernel, host_bed: HostBed) -> None:
+    done = kernel.run(
+        """
+def boom():
+    from nbaccel import PartialState
+    state = PartialState()
+    if socket.gethostname() == "node2" and state.process_index == 3:
+        raise ValueError("bad value on node2")
+    time.sleep(120)  # the others wait: the launcher stops them
+
+t0 = time.monotonic()
+notebook_launcher(boom, num_processes=2, hosts=["node1", "node2"])
+""",
+        timeout=180,
+    )
+    error = done["error"]
+    assert error is not None and error["ename"] == "ValueError", done
+    assert "bad value on node2" in error["traceback"]
+    assert "rank 3 on node2 failed" in error["traceback"], error["traceback"]
+    out = _ok(kernel, "print('TOOK', time.monotonic() - t0, 'LEFT', gone())")
+    assert "LEFT []" in out, out
+    assert float(out.split("TOOK")[1].split()[0]) < 60, out
+    assert _remote_pids(host_bed, "node1") == [] and _remote_pids(host_bed, "node2") == []
+
+
+def test_an_unreachable_host_fails_before_any_rank_starts(kernel: LoginKernel) -> None:
+    out = _ok(
+        kernel,
+        """
+t0 = time.monotonic()
+try:
+    notebook_launcher(print, num_processes=1, hosts=["node1", "nosuch.invalid"],
+                      connect_timeout=5)
+except Exception as exc:
+    print("RAISED", type(exc).__name__, exc)
+print("TOOK", time.monotonic() - t0, "LEFT", gone())
+""",
+    )
+    assert "RAISED HostError" in out and "nosuch.invalid" in out, out
+    assert "connect_timeout=5" in out, out
+    assert float(out.split("TOOK")[1].split()[0]) < 20, out
+    assert "LEFT []" in out, out
+
+
+def test_other_versions_are_refused_naming_both(
+    kernel: LoginKernel, tmp_path: Path, host_bed: HostBed
+) -> None:
+    wrapper = tmp_path / "other-nbaccel"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"exec {sys.executable} -c \"import nbaccel.version as v; v.__version__ = '0.0.1'; "
+        f"import runpy; runpy.run_module('{AGENT}', run_name='__main__')\"\n"
+    )
+    wrapper.chmod(0o755)
+    out = _ok(
+        kernel,
+        f"""
+try:
+    notebook_launcher(print, num_processes=1, hosts=["node1", "node2"], python={str(wrapper)!r})
+except Exception as exc:
+    print("RAISED", type(exc).__name__, exc)
+print("LEFT", gone())
+""",
+    )
+    assert "RAISED HostError node1 runs nbaccel 0.0.1, but this notebook runs nbaccel" in out, out
+    assert "LEFT []" in out, out
+
+
+def test_an_interrupt_stops_every_host(kernel: LoginKernel, host_bed: HostBed) -> None:
+    done = kernel.run(
+        """
+caught = None
+def forever():
+    print("running", flush=True)
+    time.sleep(600)
+try:
+    notebook_launcher(forever, num_processes=1, hosts=["node1", "node2"])
+except KeyboardInterrupt as exc:
+    caught = type(exc).__name__
+""",
+        timeout=25,  # the driver interrupts the kernel then
+    )
+    assert done["status"] == "timeout", done
+    out = _ok(kernel, "t0 = time.monotonic(); print('CAUGHT', caught, 'LEFT', gone())")
+    assert "CAUGHT KeyboardInterrupt LEFT []" in out, out
+    assert _remote_pids(host_bed, "node2") == []
+
+
+def test_a_host_lost_mid_run_raises_machine_lost(kernel: LoginKernel, host_bed: HostBed) -> None:
+    answer: dict[str, object] = {}
+
+    def cell() -> None:
+        answer.update(
+            kernel.run(
+                """
+def wait():
+    from nbaccel import PartialState
+    PartialState()
+    print("joined", flush=True)
+    time.sleep(600)
+t0 = time.monotonic()
+try:
+    notebook_launcher(wait, num_processes=1, hosts=["node1", "node2"], node_timeout=10)
+except Exception as exc:
+    print("RAISED", type(exc).__name__, exc)
+print("TOOK", time.monotonic() - t0)
+""",
+                timeout=180,
+            )
+        )
+
+    runner = threading.Thread(target=cell)
+    runner.start()
+    deadline = time.monotonic() + 90
+    # two ssh clients here, two agents and their two forked ranks on the nodes
+    while len(subprocess.run(["pgrep", "-f", AGENT], capture_output=True).stdout.split()) < 6:
+        assert time.monotonic() < deadline, "the ranks did not start"
+        time.sleep(0.5)
+    time.sleep(3)  # the ranks joined their group
+    cut_at = time.monotonic()
+    host_bed.cut("node2")
+    try:
+        runner.join(120)
+        ended = time.monotonic() - cut_at
+        out = str(answer.get("stdout", "")) + str(answer.get("stderr", ""))
+        assert "RAISED MachineLostError machine 1 (node2) was lost" in out, answer
+        assert ended < 30, (ended, out)
+        # node2's agent hears nothing from the notebook either: it stops its rank by itself
+        assert _no_agents_within(host_bed, 20) == []
+    finally:
+        host_bed.restore("node2")
+
+
+def test_a_missing_working_directory_is_named(kernel: LoginKernel) -> None:
+    out = _ok(
+        kernel,
+        """
+try:
+    notebook_launcher(print, num_processes=1, hosts=["node2"], cwd="/no/such/dir")
+except Exception as exc:
+    print("RAISED", type(exc).__name__, exc)
+print("LEFT", gone())
+""",
+    )
+    assert "RAISED HostError rank 0 did not start on node2" in out, out
+    assert "'/no/such/dir' does not exist on node2" in out and "pass cwd=" in out, out
+    assert "LEFT []" in out, out
