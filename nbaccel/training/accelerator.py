@@ -12,13 +12,7 @@ from torch import nn
 
 from ..data import DataLoaderConfiguration, skip_first_batches
 from ..enums import DynamoBackend, RNGType
-from ..kwargs_handlers import (
-    AutocastKwargs,
-    DistributedDataParallelKwargs,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
-    KwargsHandler,
-)
+from ..kwargs_handlers import AutocastKwargs, KwargsHandler
 from ..modeling import recompiled
 from ..plugins import (
     GradientAccumulationPlugin,
@@ -113,7 +107,7 @@ class Accelerator:
             gradient_accumulation_steps, gradient_accumulation_plugin
         )
         dynamo_plugin = resolve_dynamo_plugin(dynamo_backend, dynamo_plugin)
-        pg = handlers.get(InitProcessGroupKwargs)
+        pg = handlers.process_group
         fresh = STATE.accelerator is None
         try:
             self.state = AcceleratorState(
@@ -127,8 +121,8 @@ class Accelerator:
             self.precision = Precision(
                 self.state.mixed_precision,
                 self.state.device,
-                autocast_kwargs=handlers.get(AutocastKwargs),
-                scaler_kwargs=handlers.get(GradScalerKwargs),
+                autocast_kwargs=handlers.autocast,
+                scaler_kwargs=handlers.scaler,
             )
             strategy = strategy_for(self.state.distributed_type, self.state.fsdp_plugin)
         except Exception:
@@ -152,7 +146,7 @@ class Accelerator:
         self.rng_types = [str(RNGType.parse(r, "rng_types")) for r in (rng_types or ["generator"])]
         self.scaler = self.precision.scaler
         self.strategy = strategy
-        ddp = handlers.get(DistributedDataParallelKwargs)
+        ddp = handlers.ddp
         self._preparer = Preparer(
             device=self.state.device,
             num_processes=self.state.num_processes,
@@ -168,7 +162,7 @@ class Accelerator:
             step_scheduler_with_optimizer=step_scheduler_with_optimizer,
         )
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
-        self.profile_handler: ProfileKwargs | None = handlers.get(ProfileKwargs)
+        self.profile_handler: ProfileKwargs | None = handlers.profile
         self._parallel = ParallelView(self.state, parallelism_config, deepspeed_plugins)
         self._steps = TrainingSteps(self.gradient_state, self.precision, strategy, self._preparer)
         self._checkpointer = Checkpointer(

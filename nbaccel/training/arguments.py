@@ -78,6 +78,12 @@ class Handlers:
         found = self._found.get(kind)
         return found if isinstance(found, kind) else None
 
+    process_group = property(lambda self: self.get(InitProcessGroupKwargs))
+    autocast = property(lambda self: self.get(AutocastKwargs))
+    scaler = property(lambda self: self.get(GradScalerKwargs))
+    ddp = property(lambda self: self.get(DistributedDataParallelKwargs))
+    profile = property(lambda self: self.get(ProfileKwargs))
+
 
 def handler_map(kwargs_handlers: list[KwargsHandler] | None) -> Handlers:
     found: dict[type, KwargsHandler] = {}

@@ -28,22 +28,7 @@ from ...environment import cuda_device_count, ssh_server_address
 from ...version import __version__
 from ..nodes.netif import route_to
 from ..spec import WorkerSpec
-from .hostwire import (
-    MAGIC,
-    Exit,
-    Fatal,
-    Frame,
-    FrameReader,
-    Hello,
-    Job,
-    Kill,
-    Message,
-    Output,
-    Ping,
-    Signal,
-    Started,
-    encode_frame,
-)
+from . import hostwire as wire
 from .processes import WorkerHandle, start_worker
 
 __all__ = ["main"]
@@ -70,15 +55,15 @@ class Agent:
 
     def __init__(self, read_fd: int, write_fd: int) -> None:
         self.read_fd, self.write_fd = read_fd, write_fd
-        self.reader = FrameReader()
+        self.reader = wire.FrameReader()
         self.ranks: dict[int, _Rank] = {}
         self.heard = time.monotonic()
         self.sent = 0.0
         self.node_timeout = 60.0
 
     # -- the channel ---------------------------------------------------------------------------
-    def send(self, frame: Frame) -> None:
-        data = memoryview(encode_frame(frame))
+    def send(self, frame: wire.Frame) -> None:
+        data = memoryview(wire.encode_frame(frame))
         while data:
             try:
                 done = os.write(self.write_fd, data)
@@ -87,7 +72,7 @@ class Agent:
             data = data[done:]
         self.sent = time.monotonic()
 
-    def _incoming(self) -> list[Frame]:
+    def _incoming(self) -> list[wire.Frame]:
         try:
             data = os.read(self.read_fd, 1 << 16)
         except OSError as exc:
@@ -100,19 +85,19 @@ class Agent:
     def _beat(self) -> None:
         now = time.monotonic()
         if now - self.sent >= _BEAT_S:
-            self.send(Ping())
+            self.send(wire.Ping())
         if now - self.heard > self.node_timeout:
             raise _Gone(f"nothing heard from the notebook for {self.node_timeout:.0f}s")
 
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> int:
-        os.write(self.write_fd, MAGIC)
+        os.write(self.write_fd, wire.MAGIC)
         self.send(_hello())
         job = self._wait_for_job()
         try:
             specs = _load(job)
         except BaseException as exc:
-            self.send(Fatal(f"{type(exc).__name__}: {exc}"))
+            self.send(wire.Fatal(f"{type(exc).__name__}: {exc}"))
             return 1
         self.node_timeout = job.node_timeout
         self._start(specs)
@@ -120,16 +105,16 @@ class Agent:
             self._step()
         return 0
 
-    def _wait_for_job(self) -> Job:
+    def _wait_for_job(self) -> wire.Job:
         deadline = time.monotonic() + _JOB_WAIT_S
         while time.monotonic() < deadline:
             ready, _, _ = select.select([self.read_fd], [], [], _BEAT_S)
             if ready:
                 for frame in self._incoming():
-                    if isinstance(frame, Job):
+                    if isinstance(frame, wire.Job):
                         return frame
             if time.monotonic() - self.sent >= _BEAT_S:
-                self.send(Ping())
+                self.send(wire.Ping())
         raise _Gone(f"no job arrived within {_JOB_WAIT_S:.0f}s")
 
     def _start(self, specs: list[WorkerSpec]) -> None:
@@ -146,7 +131,7 @@ class Agent:
                     foreign += [rank.handle.conn.fileno(), rank.handle.sentinel]
                 handle = start_worker(spec, tuple(fd for fd in foreign if fd >= 0))
                 self.ranks[spec.rank] = _Rank(handle, out_r, err_r)
-                self.send(Started(spec.rank, handle.pid))
+                self.send(wire.Started(spec.rank, handle.pid))
         finally:
             for (_, out_w), (_, err_w) in pipes.values():
                 os.close(out_w)
@@ -186,13 +171,13 @@ class Agent:
             if not rank.exit_sent and handle.exit_code is not None and not handle.conn_open:
                 rank.exit_sent = True
                 rank.exited_at = time.monotonic()
-                self.send(Exit(number, handle.exit_code))
+                self.send(wire.Exit(number, handle.exit_code))
         self._beat()
 
-    def _obey(self, frame: Frame) -> None:
-        if isinstance(frame, Signal) and frame.rank in self.ranks:
+    def _obey(self, frame: wire.Frame) -> None:
+        if isinstance(frame, wire.Signal) and frame.rank in self.ranks:
             self.ranks[frame.rank].handle.send_signal(frame.sig)
-        elif isinstance(frame, Kill) and frame.rank in self.ranks:
+        elif isinstance(frame, wire.Kill) and frame.rank in self.ranks:
             self.ranks[frame.rank].handle.kill()
 
     def _forward_message(self, number: int, rank: _Rank) -> None:
@@ -202,7 +187,7 @@ class Agent:
             rank.handle.conn.close()
             rank.handle.conn_open = False
             return
-        self.send(Message(number, data))
+        self.send(wire.Message(number, data))
 
     def _forward_output(self, number: int, rank: _Rank, fd: int) -> None:
         try:
@@ -211,7 +196,7 @@ class Agent:
             return
         except OSError:
             data = b""
-        self.send(Output(number, rank.outputs[fd], data))
+        self.send(wire.Output(number, rank.outputs[fd], data))
         if not data:
             del rank.outputs[fd]
             os.close(fd)
@@ -223,7 +208,7 @@ class Agent:
         for number, rank in self.ranks.items():
             if rank.outputs and now - rank.exited_at > _OUTPUT_GRACE_S:
                 for fd, stream in list(rank.outputs.items()):
-                    self.send(Output(number, stream, b""))
+                    self.send(wire.Output(number, stream, b""))
                     os.close(fd)
                 rank.outputs.clear()
         return not any(rank.outputs for rank in self.ranks.values())
@@ -235,12 +220,12 @@ class Agent:
                 rank.handle.kill()
 
 
-def _hello() -> Hello:
+def _hello() -> wire.Hello:
     address = ssh_server_address() or ""
     with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as probe:
         probe.bind((address, 0))
         port = int(probe.getsockname()[1])
-    return Hello(
+    return wire.Hello(
         python=f"{sys.version_info.major}.{sys.version_info.minor}",
         torch=str(torch.__version__),
         nbaccel=__version__,
@@ -252,7 +237,7 @@ def _hello() -> Hello:
     )
 
 
-def _load(job: Job) -> list[WorkerSpec]:
+def _load(job: wire.Job) -> list[WorkerSpec]:
     """The job's specs, loaded where the notebook's paths are set, with gloo's interface."""
     if job.cwd:
         try:
@@ -293,7 +278,7 @@ def main() -> int:
         return 1
     except BaseException as exc:
         with contextlib.suppress(_Gone):
-            agent.send(Fatal("".join(traceback.format_exception(exc))))
+            agent.send(wire.Fatal("".join(traceback.format_exception(exc))))
         return 1
     finally:
         agent.stop_all()

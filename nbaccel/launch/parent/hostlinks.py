@@ -37,6 +37,7 @@ from .hostwire import (
     Started,
     encode_frame,
 )
+from .processes import close_link
 
 __all__ = ["AGENT_MODULE", "AgentLink", "HostError", "RemoteLink"]
 
@@ -159,13 +160,7 @@ class RemoteLink:
         self.poll()
 
     def close(self) -> None:
-        if self.conn_open:
-            self.conn.close()
-            self.conn_open = False
-        if self.sentinel >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self.sentinel)
-            self.sentinel = -1
+        close_link(self)
 
 
 class AgentLink:

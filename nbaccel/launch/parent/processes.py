@@ -16,11 +16,12 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
 
 from ..spec import WorkerMode, WorkerSpec
 from ..worker.redirect import redirect_child_output
 
-__all__ = ["WorkerHandle", "start_worker"]
+__all__ = ["WorkerHandle", "close_link", "start_worker"]
 
 _SPAWN_BOOTSTRAP = (
     "import sys; data = sys.stdin.buffer.read(); sys.stdin.close(); "
@@ -76,13 +77,19 @@ class WorkerHandle:
 
     def close(self) -> None:
         """Close the launcher's descriptors for this worker."""
-        if self.conn_open:
-            self.conn.close()
-            self.conn_open = False
-        if self.sentinel >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self.sentinel)
-            self.sentinel = -1
+        close_link(self)
+
+
+def close_link(link: Any) -> None:
+    """Close what the launcher holds for one worker link: its message connection and its
+    sentinel descriptor (a local child's pidfd, a remote rank's exit pipe)."""
+    if link.conn_open:
+        link.conn.close()
+        link.conn_open = False
+    if link.sentinel >= 0:
+        with contextlib.suppress(OSError):
+            os.close(link.sentinel)
+        link.sentinel = -1
 
 
 def _pidfd(pid: int) -> int:
