@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from ..accelerator import Accelerator
 from ..seeding import set_seed
 
-__all__ = ["evaluate", "load_digits_tensors", "make_model", "require_scikit_learn", "train"]
+__all__ = ["load_digits_tensors", "make_model", "require_scikit_learn", "train"]
 
 _MISSING_SKLEARN = (
     "The examples train on the handwritten digits that scikit-learn ships, but scikit-learn "
@@ -54,19 +54,6 @@ def make_model(hidden: int = 128, seed: int = 0) -> nn.Module:
     """A two-layer MLP for 8x8 images (64 inputs, 10 classes) with deterministic weights."""
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))
-
-
-def evaluate(accelerator: Any, model: Any, test_loader: Any) -> tuple[int, int]:
-    """Correct predictions and examples over the whole test split, every rank's share gathered
-    with ``gather_for_metrics`` (which drops the samples added to even out the last batch)."""
-    model.eval()
-    correct = total = 0
-    with torch.no_grad():
-        for x, y in test_loader:
-            predicted, expected = accelerator.gather_for_metrics((model(x).argmax(dim=1), y))
-            correct += int((predicted == expected).sum())
-            total += len(expected)
-    return correct, total
 
 
 def train(
@@ -128,7 +115,13 @@ def train(
             accelerator.print(f"epoch {epoch + 1}/{epochs}: loss {last_loss:.4f}")
     if verbose:
         print(f"trained on {seen} images in {steps} optimizer steps")
-    correct, total = evaluate(accelerator, model, test_loader)
+    model.eval()
+    correct = total = 0
+    with torch.no_grad():
+        for x, y in test_loader:
+            predicted, expected = accelerator.gather_for_metrics((model(x).argmax(dim=1), y))
+            correct += int((predicted == expected).sum())
+            total += len(expected)
     weights = accelerator.unwrap_model(model).state_dict()
     return {
         "rank": accelerator.process_index,

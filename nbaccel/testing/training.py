@@ -16,7 +16,6 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from ..accelerator import Accelerator
-from ..examples.quickstart import evaluate
 from ..seeding import set_seed
 
 __all__ = ["make_dataset", "make_model", "train_classifier"]
@@ -76,7 +75,13 @@ def train_classifier(
             accelerator.backward(loss)
             optimizer.step()
             steps, last_loss = steps + 1, float(loss.detach())
-    correct, total = evaluate(accelerator, model, test_loader)
+    model.eval()
+    correct = total = 0
+    with torch.no_grad():
+        for x, y in test_loader:
+            predicted, expected = accelerator.gather_for_metrics((model(x).argmax(dim=1), y))
+            correct += int((predicted == expected).sum())
+            total += len(expected)
     weights = accelerator.unwrap_model(model).state_dict()
     return {
         "rank": accelerator.process_index,
