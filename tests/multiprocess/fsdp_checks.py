@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import traceback
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +14,7 @@ from torch import nn
 from nbaccel import Accelerator, AcceleratorState, DistributedType, PartialState
 from nbaccel.fsdp import FullyShardedDataParallelPlugin as Plugin
 from tests.support.fsdp import Block, Net, full_state, raises
+from tests.support.fsdp_checkpoints import run
 
 CHECKS: list[Callable[[], None]] = []
 STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
@@ -29,17 +29,7 @@ def check(function: Callable[[], None]) -> Callable[[], None]:
 
 def run_all_checks(only: list[str] | None = None) -> dict[str, str]:
     """``{check: "ok" or traceback}``, plus ``table:v{1,2}:{strategy}`` entries."""
-    results = {}
-    warnings.simplefilter("ignore")
-    for function in CHECKS:
-        if only is not None and function.__name__ not in only:
-            continue
-        try:
-            function()
-            results[function.__name__] = "ok"
-        except BaseException:
-            results[function.__name__] = traceback.format_exc()
-        AcceleratorState._reset_state()
+    results = run([f for f in CHECKS if only is None or f.__name__ in only])
     return {**results, **TABLE}
 
 
