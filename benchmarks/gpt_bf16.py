@@ -1,154 +1,115 @@
-"""The GPU half of the scaling picture: a GPT-style model trained in bf16 on one GPU, nbaccel's
-Accelerator vs a hand-written ``torch.autocast`` loop; tokens/s and model FLOPs utilisation.
+"""A GPT-style model trained in bf16 on one GPU: nbaccel's Accelerator against the hand-written
+``torch.autocast`` loop and against Accelerate's Accelerator; step time, tokens/s and model FLOPs
+utilisation (``benchmarks/gpt_model.py`` has the model and the FLOPs estimate).
 
-Each repetition runs in a fresh spawned process (its own CUDA context), so the parent never
-initialises CUDA. Model FLOPs per token follow the usual estimate for a decoder-only
-transformer: ``6 * N + 12 * layers * width * sequence`` (forward and backward; ``N`` counts
-every parameter but the position embedding), and the utilisation divides the achieved FLOPs/s
-by the GPU's dense bf16 peak (a small table of known GPUs, or ``--gpt_peak_tflops``).
+Each repetition runs in a fresh process (its own CUDA context; the parent never initialises
+CUDA), subjects alternating, every process warming up before its timed steps. Every subject
+builds the same model from the same seed on the device, trains on the same batch with fused
+AdamW, and must reach the same first loss. The hand-written process also times the forward and
+backward passes and the optimizer step apart, which says where a step's time goes.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import statistics
+import subprocess
+import sys
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, replace
 from typing import Any
 
 import torch
-from torch import nn
-from torch.nn import functional
 
 from . import harness
+from .gpt_model import GPT, GPTConfig, flops_per_token, peak_tflops
 
-__all__ = ["GPTConfig", "measure", "peak_tflops"]
+__all__ = ["NAME", "SUMMARY", "add_arguments", "markdown", "measure", "run"]
 
+NAME = "gpt_bf16"
+SUMMARY = "GPT-style model in bf16 on one GPU: nbaccel vs hand-written autocast vs Accelerate"
 SUBJECTS = {
     "hand_written": "hand-written torch.autocast bf16",
     "nbaccel": "nbaccel Accelerator bf16",
+    "accelerate": "Accelerate Accelerator bf16",
 }
-# Dense bf16 tensor-core peaks (TFLOP/s, no sparsity) from the vendors' data sheets.
-_PEAKS = (
-    ("H200", 989.0),
-    ("H100 PCIe", 756.0),
-    ("H100", 989.0),
-    ("A100", 312.0),
-    ("L40S", 362.0),
-    ("L4", 121.0),
-    ("A10G", 70.0),
-    ("A10", 125.0),
-)
+BASELINE = "hand_written"
+_TINY = {"layers": 2, "heads": 2, "width": 64, "sequence": 64, "vocab": 512, "batch_size": 2}
 
 
-@dataclass(frozen=True)
-class GPTConfig:
-    """The model and the run (defaults: GPT-2 small's shape)."""
-
-    layers: int = 12
-    heads: int = 12
-    width: int = 768
-    sequence: int = 1024
-    vocab: int = 50304
-    batch_size: int = 8
-    warmup_steps: int = 5
-    steps: int = 20
-    reps: int = 5
-    device: str = "cuda"
-
-
-class _Block(nn.Module):
-    def __init__(self, config: GPTConfig) -> None:
-        super().__init__()
-        self.heads = config.heads
-        self.norm1 = nn.LayerNorm(config.width)
-        self.qkv = nn.Linear(config.width, 3 * config.width)
-        self.proj = nn.Linear(config.width, config.width)
-        self.norm2 = nn.LayerNorm(config.width)
-        self.mlp = nn.Sequential(
-            nn.Linear(config.width, 4 * config.width),
-            nn.GELU(approximate="tanh"),
-            nn.Linear(4 * config.width, config.width),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, length, width = x.shape
-        q, k, v = self.qkv(self.norm1(x)).split(width, dim=2)
-        q, k, v = (t.view(batch, length, self.heads, -1).transpose(1, 2) for t in (q, k, v))
-        attended = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(attended.transpose(1, 2).reshape(batch, length, width))
-        return x + self.mlp(self.norm2(x))
+# -- options -----------------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """This benchmark's options (defaults: :class:`GPTConfig`'s)."""
+    group = parser.add_argument_group(NAME)
+    for name, what in (
+        ("layers", "transformer blocks"),
+        ("heads", "attention heads"),
+        ("width", "model width"),
+        ("sequence", "tokens per sequence"),
+        ("batch", "sequences per step"),
+        ("steps", "timed steps per repetition"),
+        ("reps", "repetitions per subject"),
+    ):
+        group.add_argument(f"--gpt_{name}", type=int, default=None, help=what)
+    group.add_argument(
+        "--gpt_peak_tflops", type=float, default=None, help="dense bf16 peak for the MFU"
+    )
+    group.add_argument(
+        "--gpt_device", default=None, help=argparse.SUPPRESS
+    )  # development only: run on another device (e.g. a tiny model on "cpu")
 
 
-class GPT(nn.Module):
-    """A decoder-only transformer; the output layer shares the token embedding's weights."""
-
-    def __init__(self, config: GPTConfig) -> None:
-        super().__init__()
-        self.tokens = nn.Embedding(config.vocab, config.width)
-        self.positions = nn.Embedding(config.sequence, config.width)
-        self.blocks = nn.ModuleList(_Block(config) for _ in range(config.layers))
-        self.norm = nn.LayerNorm(config.width)
-        self.head = nn.Linear(config.width, config.vocab, bias=False)
-        self.head.weight = self.tokens.weight
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, std=0.02)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                nn.init.zeros_(module.bias)
-
-    def forward(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(ids.shape[1], device=ids.device)
-        x = self.tokens(ids) + self.positions(positions)
-        for block in self.blocks:
-            x = block(x)
-        logits = self.head(self.norm(x))
-        return functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+def _config(options: argparse.Namespace, device: str) -> GPTConfig:
+    base = GPTConfig(device=device)
+    if getattr(options, "quick", False) or device != "cuda":
+        base = replace(base, **_TINY, warmup_steps=1, steps=3, reps=1)
+    given = {
+        "layers": options.gpt_layers,
+        "heads": options.gpt_heads,
+        "width": options.gpt_width,
+        "sequence": options.gpt_sequence,
+        "batch_size": options.gpt_batch,
+        "steps": options.gpt_steps,
+        "reps": options.gpt_reps,
+    }
+    return replace(base, **{k: v for k, v in given.items() if v is not None})
 
 
-def flops_per_token(model: GPT, config: GPTConfig) -> float:
-    """Training FLOPs per token: ``6 * N + 12 * layers * width * sequence``."""
-    params = sum(p.numel() for p in model.parameters()) - model.positions.weight.numel()
-    return 6.0 * params + 12.0 * config.layers * config.width * config.sequence
-
-
-def peak_tflops(device_name: str) -> float | None:
-    """The dense bf16 peak of a known GPU, by name; ``None`` when it is not in the table."""
-    for key, value in _PEAKS:
-        if key in device_name:
-            return value
-    return None
-
-
+# -- one repetition, in its own process --------------------------------------------------------
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _repetition(subject: str, config: GPTConfig) -> dict[str, Any]:
-    """One repetition, in a fresh process: build, warm up, time ``config.steps`` steps."""
+def _timed(device: torch.device, count: int, body: Callable[[], Any]) -> float:
+    """Seconds for ``count`` calls of ``body``, the device drained before and after."""
+    _sync(device)
+    started = time.perf_counter()
+    for _ in range(count):
+        body()
+    _sync(device)
+    return time.perf_counter() - started
+
+
+def _step_function(
+    subject: str, config: GPTConfig, device: torch.device
+) -> tuple[Any, Any, Callable[[], torch.Tensor]]:
+    """The model, the optimizer and one training step of ``subject`` on one fixed batch."""
     torch.manual_seed(0)
-    device = torch.device(config.device)
-    model = GPT(config).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
-    generator = torch.Generator(device="cpu").manual_seed(1)
+    with device:
+        model: Any = GPT(config)
+    optimizer: Any = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=device.type == "cuda")
     ids = torch.randint(
-        0, config.vocab, (config.batch_size, config.sequence + 1), generator=generator
+        0,
+        config.vocab,
+        (config.batch_size, config.sequence + 1),
+        generator=torch.Generator().manual_seed(1),
     )
     inputs, targets = ids[:, :-1].to(device), ids[:, 1:].to(device)
-    if subject == "nbaccel":
-        from nbaccel import Accelerator
-
-        accelerator = Accelerator(mixed_precision="bf16", cpu=device.type == "cpu")
-        model, optimizer = accelerator.prepare(model, optimizer)
-
-        def step() -> torch.Tensor:
-            optimizer.zero_grad(set_to_none=True)
-            loss = model(inputs, targets)
-            accelerator.backward(loss)
-            optimizer.step()
-            return loss
-    else:
+    if subject == "hand_written":
 
         def step() -> torch.Tensor:
             optimizer.zero_grad(set_to_none=True)
@@ -158,30 +119,76 @@ def _repetition(subject: str, config: GPTConfig) -> dict[str, Any]:
             optimizer.step()
             return loss
 
-    for _ in range(config.warmup_steps):
-        step()
-    _sync(device)
-    started = time.perf_counter()
-    for _ in range(config.steps):
-        loss = step()
-    _sync(device)
-    seconds = time.perf_counter() - started
-    inner = getattr(model, "module", model)
+        return model, optimizer, step
+    if subject == "nbaccel":
+        from nbaccel import Accelerator  # imported by the subject that measures it only
+    else:
+        from accelerate import Accelerator  # type: ignore[no-redef]  # the peer, when measured
+
+    accelerator = Accelerator(mixed_precision="bf16", cpu=device.type == "cpu")
+    model, optimizer = accelerator.prepare(model, optimizer)
+
+    def accelerated_step() -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        loss = model(inputs, targets)
+        accelerator.backward(loss)
+        optimizer.step()
+        return loss
+
+    return model, optimizer, accelerated_step
+
+
+def _breakdown(
+    model: Any, optimizer: Any, config: GPTConfig, device: torch.device
+) -> dict[str, float]:
+    """Seconds per step of the forward and backward passes alone and of the optimizer alone
+    (the hand-written loop's parts, timed after its timed steps)."""
+    ids = torch.randint(0, config.vocab, (config.batch_size, config.sequence + 1), device=device)
+
+    def forward_backward() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+            loss = model(ids[:, :-1], ids[:, 1:])
+        loss.backward()
+
+    count = max(2, config.steps // 2)
     return {
+        "forward_backward_s": _timed(device, count, forward_backward) / count,
+        "optimizer_s": _timed(device, count, optimizer.step) / count,
+    }
+
+
+def _repetition(subject: str, config: GPTConfig) -> dict[str, Any]:
+    """Build, warm up, time ``config.steps`` steps; what the parent needs."""
+    device = torch.device(config.device)
+    model, optimizer, step = _step_function(subject, config, device)
+    first = float(step().detach())
+    for _ in range(max(0, config.warmup_steps - 1)):
+        step()
+    losses: list[torch.Tensor] = []
+    seconds = _timed(device, config.steps, lambda: losses.append(step().detach()))
+    inner = getattr(model, "module", model)
+    result: dict[str, Any] = {
         "seconds": seconds,
+        "step_s": seconds / config.steps,
         "tokens_per_s": config.steps * config.batch_size * config.sequence / seconds,
         "flops_per_token": flops_per_token(inner, config),
-        "loss": float(loss.detach()),
+        "parameters": sum(p.numel() for p in inner.parameters()),
+        "first_loss": first,
+        "loss": float(losses[-1]),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
     }
+    if device.type == "cuda":
+        result["max_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+    if subject == BASELINE:
+        result["breakdown"] = _breakdown(inner, optimizer, config, device)
+    return result
 
 
 def _in_fresh_process(subject: str, config: GPTConfig) -> dict[str, Any]:
     """Run :func:`_repetition` in a new interpreter (``python -m benchmarks.gpt_bf16``)."""
-    import json
-    import subprocess
-    import sys
-
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.gpt_bf16", subject, json.dumps(asdict(config))],
         cwd=harness.ROOT,
@@ -198,79 +205,153 @@ def _in_fresh_process(subject: str, config: GPTConfig) -> dict[str, Any]:
     return dict(json.loads(lines[-1]))
 
 
-def measure(config: GPTConfig, peak: float | None) -> dict[str, Any]:
-    """Warm-up + ``config.reps`` repetitions per subject, alternating; the summary."""
-    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SUBJECTS}
-    for rep in range(config.reps + 1):
-        for subject in SUBJECTS:
+# -- the benchmark -----------------------------------------------------------------------------
+def measure(config: GPTConfig, peak: float | None, subjects: tuple[str, ...]) -> dict[str, Any]:
+    """``config.reps`` repetitions per subject, alternating; the summary."""
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in subjects}
+    for rep in range(1, config.reps + 1):
+        for subject in subjects:
             result = _in_fresh_process(subject, config)
-            label = "warm-up" if rep == 0 else f"rep {rep}/{config.reps}"
             print(
-                f"  gpt {label:<10} {SUBJECTS[subject]:<34} {result['tokens_per_s']:12,.0f} "
-                f"tokens/s  loss {result['loss']:.3f}",
+                f"  gpt rep {rep}/{config.reps} {SUBJECTS[subject]:<34} "
+                f"{1000 * result['step_s']:8.1f} ms/step {result['tokens_per_s']:10,.0f} "
+                f"tokens/s  loss {result['first_loss']:.4f} -> {result['loss']:.4f}",
                 flush=True,
             )
             if not math.isfinite(result["loss"]):
                 raise RuntimeError(f"{SUBJECTS[subject]}: the loss is {result['loss']}")
-            if rep:
-                runs[subject].append(result)
-    device = runs["nbaccel"][0]["device"]
-    peak = peak if peak is not None else peak_tflops(device)
-    base = statistics.median(r["tokens_per_s"] for r in runs["hand_written"])
-    subjects: dict[str, Any] = {}
+            runs[subject].append(result)
+    firsts = {s: r[0]["first_loss"] for s, r in runs.items()}
+    if max(firsts.values()) - min(firsts.values()) > 1e-2 * max(firsts.values()):
+        raise RuntimeError(f"the subjects did not train the same model: first losses {firsts}")
+    first = runs[subjects[0]][0]
+    peak = peak if peak is not None else peak_tflops(first["device"])
+    base_step = statistics.median(r["step_s"] for r in runs[BASELINE])
+    summary: dict[str, Any] = {}
     for subject, results in runs.items():
-        stats = harness.summarise([r["tokens_per_s"] for r in results])
-        flops = results[0]["flops_per_token"] * stats["median"]
-        subjects[subject] = {
+        tokens = harness.summarise([r["tokens_per_s"] for r in results])
+        step = statistics.median(r["step_s"] for r in results)
+        flops = results[0]["flops_per_token"] * tokens["median"]
+        summary[subject] = {
             "label": SUBJECTS[subject],
-            "tokens_per_s": stats,
-            "ratio_to_hand_written": stats["median"] / base,
+            "tokens_per_s": tokens,
+            "step_s": harness.summarise([r["step_s"] for r in results]),
+            "step_vs_hand_written": step / base_step,
             "model_tflops_per_s": flops / 1e12,
             "mfu": None if peak is None else flops / (peak * 1e12),
+            "max_memory_gib": max(r.get("max_memory_gib", 0.0) for r in results),
         }
+    if "accelerate" in summary:
+        accelerate_step = summary["accelerate"]["step_s"]["median"]
+        for item in summary.values():
+            item["step_vs_accelerate"] = item["step_s"]["median"] / accelerate_step
+    parts = [r["breakdown"] for r in runs[BASELINE]]
     return {
         "ran": True,
-        "device": device,
+        "device": first["device"],
+        "torch": first["torch"],
+        "cuda": first["cuda"],
+        "parameters": first["parameters"],
         "peak_tflops": peak,
         "config": asdict(config),
-        "subjects": subjects,
+        "subjects": summary,
+        "breakdown": {k: statistics.median(p[k] for p in parts) for k in parts[0]},
         "runs": runs,
     }
 
 
-def markdown(gpu: dict[str, Any]) -> str:
-    """The GPU part of the scaling section."""
-    if not gpu.get("ran"):
-        return f"**GPU, GPT-style model in bf16: not run** - {gpu['reason']}"
-    c = gpu["config"]
+def markdown(result: dict[str, Any], machine: dict[str, Any] | None = None) -> str:
+    """This benchmark's section of docs/benchmarks.md."""
+    if not result.get("ran"):
+        return f"## GPT bf16 on one GPU (`{NAME}`)\n\nNot run: {result['reason']}"
+    c = result["config"]
     rows = [
-        "| Subject | tokens/s median (min - max) | vs hand-written | model TFLOP/s | MFU |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| Subject | ms/step median (min - max) | vs hand-written | vs Accelerate | tokens/s | "
+        "model TFLOP/s | MFU | peak memory |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for item in gpu["subjects"].values():
-        s = item["tokens_per_s"]
+    for item in result["subjects"].values():
+        s = item["step_s"]
         mfu = "n/a" if item["mfu"] is None else f"{100 * item['mfu']:.1f}%"
+        versus = item.get("step_vs_accelerate")
         rows.append(
-            f"| {item['label']} | {s['median']:,.0f} ({s['min']:,.0f} - {s['max']:,.0f})"
-            f" | **{item['ratio_to_hand_written']:.3f}x** | "
-            f"{item['model_tflops_per_s']:.1f} | {mfu} |"
+            f"| {item['label']} | {1000 * s['median']:.1f} ({1000 * s['min']:.1f} - "
+            f"{1000 * s['max']:.1f}) | **{item['step_vs_hand_written']:.3f}x** | "
+            + ("-" if versus is None else f"**{versus:.3f}x**")
+            + f" | {item['tokens_per_s']['median']:,.0f} | {item['model_tflops_per_s']:.1f} | "
+            f"{mfu} | {item['max_memory_gib']:.1f} GiB |"
         )
-    peak = gpu["peak_tflops"]
+    peak = result["peak_tflops"]
     peak_text = "unknown" if peak is None else f"{peak:g} TFLOP/s"
-    setup = (
-        f"{c['layers']} layers, width {c['width']}, {c['heads']} heads, sequence "
-        f"{c['sequence']}, vocabulary {c['vocab']}, batch {c['batch_size']}, AdamW; "
-        f"{c['steps']} timed steps after {c['warmup_steps']}, {c['reps']} repetitions per "
-        "subject (a fresh process each, alternating) after one warm-up. MFU = model FLOPs/s "
-        f"(6N + 12 x layers x width x sequence per token) / dense bf16 peak ({peak_text})."
-    )
-    title = f"### GPU: GPT-style model in bf16 on one {gpu['device']}"
-    return "\n".join([title, "", setup, "", *rows])
+    parts = result["breakdown"]
+    lines = [
+        f"## GPT bf16 on one GPU (`{NAME}`)",
+        "",
+        f"One {result['device']}, torch {result['torch']}, CUDA {result['cuda']}. A GPT-style "
+        f"model of {result['parameters'] / 1e9:.2f} billion parameters ({c['layers']} layers, "
+        f"width {c['width']}, {c['heads']} heads, sequence {c['sequence']}, vocabulary "
+        f"{c['vocab']}, tied embeddings), {c['batch_size']} sequences per step, fused AdamW, "
+        f"bf16 autocast; {c['steps']} timed steps after {c['warmup_steps']} warm-up steps, "
+        f"{c['reps']} repetitions per subject (a fresh process each, alternating). Step time "
+        "ratios are of medians (below 1: faster). MFU = model FLOPs/s (6N + 12 x layers x "
+        f"width x sequence per token) / dense bf16 peak ({peak_text}).",
+        "",
+        *rows,
+        "",
+        f"Where the hand-written step's time goes: forward and backward "
+        f"{1000 * parts['forward_backward_s']:.1f} ms, optimizer "
+        f"{1000 * parts['optimizer_s']:.1f} ms (medians, timed apart).",
+    ]
+    if machine is not None:
+        lines += ["", f"Every repetition is in `benchmarks/results/{NAME}.json`.", ""]
+        lines.append(harness.machine_markdown(machine, f"python -m benchmarks {NAME}"))
+        lines += ["", f"![{NAME}](img/{NAME}.png)"]
+    return "\n".join(lines)
+
+
+def _plot(payload: dict[str, Any]) -> Any:
+    import matplotlib  # the plot's library, from the bench extra
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # after choosing the headless backend
+
+    subjects = payload["gpu"]["subjects"]
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=120)
+    labels = [item["label"] for item in subjects.values()]
+    medians = [1000 * item["step_s"]["median"] for item in subjects.values()]
+    spread = [
+        [m - 1000 * i["step_s"]["min"] for m, i in zip(medians, subjects.values(), strict=True)],
+        [1000 * i["step_s"]["max"] - m for m, i in zip(medians, subjects.values(), strict=True)],
+    ]
+    ax.barh(labels, medians, xerr=spread, capsize=4, color=["#777", "#1565c0", "#ef6c00"])
+    ax.set_xlabel("ms per training step (median; bars min-max)")
+    ax.set_title(f"GPT bf16, {payload['gpu']['device']}", fontsize=10)
+    ax.grid(alpha=0.3, axis="x")
+    return fig
+
+
+def run(options: argparse.Namespace) -> None:
+    """Measure, print, and (unless --no-write) write JSON, docs section and plot."""
+    started = time.monotonic()
+    peers = () if getattr(options, "no_peers", False) else ("accelerate",)
+    versions = harness.require_subjects(options, ("torch", "nbaccel"), ("accelerate",))
+    device = options.gpt_device or "cuda"
+    machine = harness.machine_description(versions)
+    if device == "cuda" and not torch.cuda.is_available():
+        reason = (
+            "no CUDA GPU was found on this machine (torch.cuda.is_available() is False, "
+            f"torch {torch.__version__})"
+        )
+        print(f"{NAME}: NOT RUN: {reason}", flush=True)
+        print(markdown({"ran": False, "reason": reason}))
+        return
+    config = _config(options, device)
+    print(f"{NAME}: {[SUBJECTS[s] for s in (BASELINE, 'nbaccel', *peers)]}", flush=True)
+    result = measure(config, options.gpt_peak_tflops, (BASELINE, "nbaccel", *peers))
+    payload = {"benchmark": NAME, "machine": harness.finish_machine(machine, started)}
+    payload["gpu"] = result
+    harness.publish(options, NAME, payload, markdown(result, payload["machine"]), _plot)
 
 
 if __name__ == "__main__":  # one repetition: SUBJECT CONFIG_JSON; prints the result as JSON
-    import json
-    import sys
-
-    _result = _repetition(sys.argv[1], GPTConfig(**json.loads(sys.argv[2])))
-    print(json.dumps(_result))
+    print(json.dumps(_repetition(sys.argv[1], GPTConfig(**json.loads(sys.argv[2])))))

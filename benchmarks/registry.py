@@ -12,6 +12,7 @@ from . import (
     collectives,
     ddp_throughput,
     fsdp_memory,
+    gpt_bf16,
     launch_latency,
     pool,
     scaling,
@@ -53,6 +54,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         _module(collectives),
         _module(scaling),
         _module(fsdp_memory),
+        _module(gpt_bf16),
         _module(pool),
     )
 }

@@ -1,6 +1,6 @@
 """The scaling picture: training samples/s at 1, 2 and 4 CPU processes (gloo), nbaccel's
-Accelerator vs the hand-written DDP loop, with ``ddp_throughput``'s model, data and loop; and,
-where a CUDA GPU is at hand, a GPT-style model in bf16 on one GPU (``benchmarks/gpt_bf16.py``).
+Accelerator vs the hand-written DDP loop, with ``ddp_throughput``'s model, data and loop (the
+GPU side of the picture is ``gpt_bf16``).
 
 Each rank trains ``batch_size`` samples per step (the global batch grows with the processes),
 with the usable cores shared out between the ranks (at least one thread each, so 4 processes on
@@ -14,18 +14,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any
 
-import torch
-
 from . import ddp_throughput as ddp
-from . import gpt_bf16, harness
+from . import harness
 
 __all__ = ["NAME", "SUMMARY", "add_arguments", "run"]
 
 NAME = "scaling"
-SUMMARY = "samples/s at 1, 2, 4 CPU processes, nbaccel vs hand-written DDP; GPT bf16 on a GPU"
+SUMMARY = "samples/s at 1, 2, 4 CPU processes, nbaccel vs hand-written DDP"
 SUBJECTS = {"torch_ddp": "hand-written torch DDP", "nbaccel": "nbaccel Accelerator"}
 BASELINE = "torch_ddp"
 
@@ -37,15 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--scaling_reps", type=int, default=None, help="counted reps (5)")
     group.add_argument("--scaling_steps", type=int, default=None, help="timed steps per rep (150)")
     group.add_argument("--scaling_worlds", default=None, help="process counts (default 1,2,4)")
-    group.add_argument("--gpt_reps", type=int, default=None, help="GPU: counted reps (5)")
-    group.add_argument("--gpt_steps", type=int, default=None, help="GPU: timed steps (20)")
-    group.add_argument("--gpt_batch", type=int, default=None, help="GPU: sequences per step (8)")
-    group.add_argument(
-        "--gpt_peak_tflops", type=float, default=None, help="GPU: dense bf16 peak for the MFU"
-    )
-    group.add_argument(
-        "--gpt_device", default=None, help=argparse.SUPPRESS
-    )  # development only: run the GPT part on another device (e.g. a tiny one on "cpu")
 
 
 # -- CPU ---------------------------------------------------------------------------------------
@@ -108,34 +97,6 @@ def _cpu(options: argparse.Namespace, subjects: list[str]) -> dict[str, Any]:
     return out
 
 
-# -- GPU ---------------------------------------------------------------------------------------
-def _gpu(options: argparse.Namespace) -> dict[str, Any]:
-    device = getattr(options, "gpt_device", None)
-    if device is None:
-        if getattr(options, "no_peers", False) and getattr(options, "quick", False):
-            return {"ran": False, "reason": "not attempted in a --quick --no-peers smoke run"}
-        if not torch.cuda.is_available():
-            reason = (
-                "no CUDA GPU was found on this machine (torch.cuda.is_available() is False, "
-                f"torch {torch.__version__}), so the GPT-style bf16 measurement was not run"
-            )
-            print(f"  GPU part NOT RUN: {reason}", flush=True)
-            return {"ran": False, "reason": reason}
-        device = "cuda"
-    quick = getattr(options, "quick", False) or device != "cuda"
-    base = gpt_bf16.GPTConfig()
-    if quick:
-        base = replace(base, layers=2, heads=2, width=64, sequence=64, vocab=512, warmup_steps=1)
-    config = replace(
-        base,
-        device=device,
-        reps=harness.resolve(options, "gpt_reps", base.reps, 1),
-        steps=harness.resolve(options, "gpt_steps", base.steps, 3),
-        batch_size=harness.resolve(options, "gpt_batch", base.batch_size, 2),
-    )
-    return gpt_bf16.measure(config, options.gpt_peak_tflops)
-
-
 # -- report ------------------------------------------------------------------------------------
 def _markdown(payload: dict[str, Any]) -> str:
     cpu = payload["cpu"]
@@ -175,7 +136,7 @@ samples/s / samples/s at 1 process; efficiency = speed-up / processes.
 
 {chr(10).join(rows)}
 
-{gpt_bf16.markdown(payload["gpu"])}
+The GPU side of the picture (a GPT-style model in bf16) is `gpt_bf16`'s section.
 
 Every repetition is in `benchmarks/results/{NAME}.json`.
 
@@ -230,17 +191,15 @@ def run(options: argparse.Namespace) -> None:
     started = time.monotonic()
     versions = harness.require_subjects(options, ("torch", "nbaccel"), ("matplotlib",))
     print(
-        f"{NAME}: {list(SUBJECTS.values())} at 1, 2, 4 CPU processes; then GPT bf16 on a GPU",
+        f"{NAME}: {list(SUBJECTS.values())} at 1, 2, 4 CPU processes",
         flush=True,
     )
     machine = harness.machine_description(versions)
     cpu = _cpu(options, list(SUBJECTS))
-    gpu = _gpu(options)
     payload = {
         "benchmark": NAME,
         "machine": harness.finish_machine(machine, started),
         "cpu": cpu,
-        "gpu": gpu,
     }
     text = _markdown(payload)
     harness.publish(options, NAME, payload, text, _plot)

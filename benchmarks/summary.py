@@ -65,18 +65,36 @@ def _scaling(data: dict[str, Any]) -> Iterator[Row]:
                 "-",
                 None,
             )
-    gpu = data.get("gpu", {})
-    if gpu.get("ran"):
-        item = gpu["subjects"]["nbaccel"]
-        mfu = "" if item["mfu"] is None else f", MFU {100 * item['mfu']:.1f}%"
-        yield (
-            f"GPT bf16 tokens/s on {gpu['device']}, nbaccel / hand-written",
-            f"{item['ratio_to_hand_written']:.3f}x{mfu}",
-            "-",
-            None,
-        )
-    else:
+
+
+def _gpt_bf16(data: dict[str, Any]) -> Iterator[Row]:
+    gpu = data["gpu"]
+    if not gpu.get("ran"):
         yield ("GPT bf16 on a GPU", "not run: " + str(gpu.get("reason", "no GPU")), "-", None)
+        return
+    item = gpu["subjects"]["nbaccel"]
+    ratio = item["step_vs_hand_written"]
+    yield (
+        f"GPT bf16 step time on {gpu['device']}, nbaccel / hand-written autocast",
+        f"{ratio:.3f}x",
+        "<= 1.02x",
+        ratio <= 1.02,
+    )
+    if "step_vs_accelerate" in item:
+        ratio = item["step_vs_accelerate"]
+        yield (
+            f"GPT bf16 step time on {gpu['device']}, nbaccel / Accelerate",
+            f"{ratio:.3f}x",
+            "<= 1.0x",
+            ratio <= 1.0,
+        )
+    if item["mfu"] is not None:
+        yield (
+            f"GPT bf16 model FLOPs utilisation on {gpu['device']}, nbaccel",
+            f"{100 * item['mfu']:.1f}%",
+            ">= 40%",
+            item["mfu"] >= 0.4,
+        )
 
 
 def _fsdp_memory(data: dict[str, Any]) -> Iterator[Row]:
@@ -126,6 +144,7 @@ _READERS: dict[str, Callable[[dict[str, Any]], Iterator[Row]]] = {
     "collectives": _collectives,
     "scaling": _scaling,
     "fsdp_memory": _fsdp_memory,
+    "gpt_bf16": _gpt_bf16,
     "checkpoint": _checkpoint,
     "pool": _pool,
 }

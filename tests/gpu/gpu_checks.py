@@ -5,6 +5,7 @@ one JSON line with what it measured; tests/gpu/test_gpu.py asserts on it."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -144,37 +145,50 @@ def fsdp2() -> dict[str, Any]:
     return {"gpu": _fsdp(offload=False), "offload": _fsdp(offload=True)}
 
 
+def _steps(acc: Any, model: nn.Module, optimizer: Any, batches: list[Any]) -> list[float]:
+    losses = []
+    for x, y in batches:
+        loss = nn.functional.mse_loss(model(x.to(acc.device)), y.to(acc.device))
+        acc.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
 @check
 def checkpoint() -> dict[str, Any]:
+    """save_state after 3 steps; 3 more steps; load_state; the same 3 steps again: the losses
+    must repeat bit for bit (deterministic cuBLAS for the check)."""
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"  # before the first cuBLAS handle
+    torch.use_deterministic_algorithms(True)
     from nbaccel import Accelerator
 
     acc = Accelerator()
     model = acc.prepare(_model())
     optimizer = acc.prepare(torch.optim.AdamW(model.parameters(), lr=1e-2))
-    for x, y in _data()[:3]:
-        acc.backward(nn.functional.mse_loss(model(x.to(acc.device)), y.to(acc.device)))
-        optimizer.step()
-        optimizer.zero_grad()
+    data = _data()
+    _steps(acc, model, optimizer, data[:3])
     saved = {k: v.clone() for k, v in model.state_dict().items()}
     moments = [s["exp_avg"].clone() for s in optimizer.state_dict()["state"].values()]
     with tempfile.TemporaryDirectory() as directory:
         acc.save_state(Path(directory) / "ck")
+        uninterrupted = _steps(acc, model, optimizer, data[3:6])
         with torch.no_grad():
             for p in model.parameters():
                 p.zero_()
-        x, y = _data()[5]
-        acc.backward(nn.functional.mse_loss(model(x.to(acc.device)), y.to(acc.device)))
-        optimizer.step()
         acc.load_state(Path(directory) / "ck")
-    state = list(optimizer.state_dict()["state"].values())
-    return {
-        "weights_equal": all(torch.equal(v, saved[k]) for k, v in model.state_dict().items()),
-        "weights_devices": sorted({str(v.device) for v in model.state_dict().values()}),
-        "moments_equal": all(
-            torch.equal(s["exp_avg"], m) for s, m in zip(state, moments, strict=True)
-        ),
-        "moments_devices": sorted({str(s["exp_avg"].device) for s in state}),
-    }
+        state = list(optimizer.state_dict()["state"].values())
+        restored = {
+            "weights_equal": all(torch.equal(v, saved[k]) for k, v in model.state_dict().items()),
+            "weights_devices": sorted({str(v.device) for v in model.state_dict().values()}),
+            "moments_equal": all(
+                torch.equal(s["exp_avg"], m) for s, m in zip(state, moments, strict=True)
+            ),
+            "moments_devices": sorted({str(s["exp_avg"].device) for s in state}),
+        }
+        resumed = _steps(acc, model, optimizer, data[3:6])
+    return {**restored, "uninterrupted_losses": uninterrupted, "resumed_losses": resumed}
 
 
 @check
@@ -195,14 +209,18 @@ def free_memory() -> dict[str, Any]:
     optimizer = acc.prepare(torch.optim.AdamW(model.parameters()))
     acc.backward(model(torch.randn(8, 4096, device=acc.device)).sum())
     optimizer.step()
+    torch.cuda.synchronize()
     used = torch.cuda.memory_allocated()
     reserved = torch.cuda.memory_reserved()
+    free_before = torch.cuda.mem_get_info()[0]  # what the driver says is free on the device
     model, optimizer = acc.free_memory(model, optimizer)
     return {
         "before": used,
         "reserved_before": reserved,
+        "driver_free_before": free_before,
         "after": torch.cuda.memory_allocated(),
         "reserved_after": torch.cuda.memory_reserved(),
+        "driver_free_after": torch.cuda.mem_get_info()[0],
         "returned": [model, optimizer],
     }
 

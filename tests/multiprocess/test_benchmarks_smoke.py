@@ -43,6 +43,7 @@ def test_new_benchmarks_run_end_to_end_with_nbaccels_own_subjects() -> None:
             "launch_latency",
             "collectives",
             "scaling",
+            "gpt_bf16",
             "fsdp_memory",
             "pool",
             "--quick",
@@ -64,15 +65,31 @@ def test_new_benchmarks_run_end_to_end_with_nbaccels_own_subjects() -> None:
     assert out.count("| nbaccel fork |") == 3 and out.count("| torch start_processes fork |") == 3
     # collectives: gather_for_metrics gave back exactly the evaluation set (checked inside)
     assert "| nbaccel Accelerator | " in out and "Collectives on an evaluation set" in out
-    # scaling at 1 and 2 processes; the GPU part says it did not run
+    # scaling at 1 and 2 processes; the GPU benchmark says it did not run
     assert "| 1 | " in out and "| 2 | 1 | nbaccel Accelerator |" in out
-    assert "GPT-style model in bf16: not run" in out
+    assert "## GPT bf16 on one GPU (`gpt_bf16`)\n\nNot run: no CUDA GPU" in out
     # FSDP FULL_SHARD holds half of DDP's bytes on 2 processes
     assert "FSDP / DDP memory 0.500x (meets the 0.55x target)" in out
     # the pool: started in a kernel, warm cells by the client and the call inside the kernel
     assert "### Time to a ready pool" in out and "| nbaccel %%nbaccel cell |" in out
     assert out.count("| nbaccel pool.run(lambda: 1) |") == 2
     assert _written_files() == before, "--quick / --no-peers must write nothing"
+
+
+def test_the_gpt_bf16_benchmark_trains_the_same_model_in_every_subject() -> None:
+    """Its code path on the CPU with a tiny model (the figures mean nothing there): every
+    subject reaches the same first loss (checked inside) and gets a row."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "gpt_bf16", "--gpt_device", "cpu", "--no-peers"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    for label in ("hand-written torch.autocast bf16", "nbaccel Accelerator bf16"):
+        assert f"| {label} | " in done.stdout, done.stdout
+    assert "Where the hand-written step's time goes: forward and backward" in done.stdout
 
 
 def test_a_missing_peer_fails_the_run_with_the_install_command() -> None:
