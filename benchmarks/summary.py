@@ -76,7 +76,7 @@ def _gpt_bf16(data: dict[str, Any]) -> Iterator[Row]:
     ratio = item["step_vs_hand_written"]
     yield (
         f"GPT bf16 step time on {gpu['device']}, nbaccel / hand-written autocast",
-        f"{ratio:.3f}x",
+        f"{ratio:.4f}x",
         "<= 1.02x",
         ratio <= 1.02,
     )
@@ -84,7 +84,7 @@ def _gpt_bf16(data: dict[str, Any]) -> Iterator[Row]:
         ratio = item["step_vs_accelerate"]
         yield (
             f"GPT bf16 step time on {gpu['device']}, nbaccel / Accelerate",
-            f"{ratio:.3f}x",
+            f"{ratio:.4f}x",
             "<= 1.0x",
             ratio <= 1.0,
         )

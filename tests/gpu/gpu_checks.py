@@ -202,27 +202,48 @@ def banner() -> dict[str, Any]:
 
 @check
 def free_memory() -> dict[str, Any]:
+    """Objects that only the Accelerator still holds (as in a batch-size search, where the
+    training function has returned) go back to the driver on ``free_memory()``; and
+    ``a, b = free_memory(a, b)`` gives back Nones, after which the memory is free in torch's
+    cache. Figures are bytes above a baseline taken once cuBLAS has its workspaces."""
     from nbaccel import Accelerator
 
     acc = Accelerator()
-    model = acc.prepare(nn.Sequential(*[nn.Linear(4096, 4096) for _ in range(4)]))
-    optimizer = acc.prepare(torch.optim.AdamW(model.parameters()))
-    acc.backward(model(torch.randn(8, 4096, device=acc.device)).sum())
-    optimizer.step()
+    warm = nn.Linear(4096, 4096).to(acc.device)  # cuBLAS and cuBLASLt take their workspaces,
+    warm(torch.randn(8, 4096, device=acc.device)).sum().backward()  # kept for the process
+    del warm
     torch.cuda.synchronize()
-    used = torch.cuda.memory_allocated()
+    torch.cuda.empty_cache()
+    baseline = torch.cuda.memory_allocated()
+
+    def train_once() -> int:
+        model = acc.prepare(nn.Sequential(*[nn.Linear(4096, 4096) for _ in range(4)]))
+        optimizer = acc.prepare(torch.optim.AdamW(model.parameters()))
+        acc.backward(model(torch.randn(8, 4096, device=acc.device)).sum())
+        optimizer.step()
+        torch.cuda.synchronize()
+        return torch.cuda.memory_allocated() - baseline
+
+    used = train_once()
+    held = torch.cuda.memory_allocated() - baseline  # the Accelerator's references keep it
     reserved = torch.cuda.memory_reserved()
     free_before = torch.cuda.mem_get_info()[0]  # what the driver says is free on the device
-    model, optimizer = acc.free_memory(model, optimizer)
-    return {
-        "before": used,
+    acc.free_memory()
+    result: dict[str, Any] = {
+        "used": used,
+        "held": held,
+        "after": torch.cuda.memory_allocated() - baseline,
         "reserved_before": reserved,
-        "driver_free_before": free_before,
-        "after": torch.cuda.memory_allocated(),
         "reserved_after": torch.cuda.memory_reserved(),
+        "driver_free_before": free_before,
         "driver_free_after": torch.cuda.mem_get_info()[0],
-        "returned": [model, optimizer],
     }
+    model = acc.prepare(nn.Linear(4096, 4096))
+    optimizer = acc.prepare(torch.optim.AdamW(model.parameters()))
+    model, optimizer = acc.free_memory(model, optimizer)
+    result["returned"] = [model, optimizer]
+    result["after_returned"] = torch.cuda.memory_allocated() - baseline
+    return result
 
 
 if __name__ == "__main__":
