@@ -49,6 +49,7 @@ from .settings import (
     nbaccel_default_config_path,
     sanity_fail_rank,
     set_fsdp_ram_efficient_loading,
+    slurm_allocation,
     ssh_server_address,
 )
 
@@ -81,6 +82,7 @@ __all__ = [
     "read_launch_environment",
     "sanity_fail_rank",
     "set_fsdp_ram_efficient_loading",
+    "slurm_allocation",
     "ssh_server_address",
     "tpu_requested",
     "user_thread_count",

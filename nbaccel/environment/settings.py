@@ -78,3 +78,13 @@ def environment_for_child(exclude: re.Pattern[str]) -> dict[str, str]:
     """This process's variables, without those whose names match ``exclude`` (for starting a
     separate program, e.g. a second kernel, that must not inherit launch variables)."""
     return {key: value for key, value in os.environ.items() if not exclude.match(key)}
+
+
+def slurm_allocation(environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """``(job id, node list)`` of the SLURM allocation this process runs in (``SLURM_JOB_ID``
+    and ``SLURM_JOB_NODELIST``, older SLURM's ``SLURM_NODELIST``; the list in SLURM's compressed
+    form, such as ``node[1-2]``), or None outside one."""
+    env = _environ(environ)
+    job = env.get("SLURM_JOB_ID", "").strip()
+    nodes = (env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "").strip()
+    return (job, nodes) if job and nodes else None

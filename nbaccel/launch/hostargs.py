@@ -4,6 +4,8 @@ checked before anything starts.
 ``hosts=["node1", "root@10.0.0.2:2222"]`` names the machines; each entry is what ``ssh``
 accepts (a name from ``~/.ssh/config``, a host name or an address), optionally with a user
 (``user@``) and a port (``:port``; IPv6 addresses in brackets: ``[2001:db8::1]:22``).
+``hosts="slurm"`` takes the nodes of the SLURM allocation the notebook runs in
+(``slurmhosts.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..validation import is_number
+from .slurmhosts import current_allocation
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "HostTarget", "HostsSettings", "check_hosts_settings"]
 
@@ -61,6 +64,8 @@ class HostsSettings:
         env: extra variables for every rank.
         connect_timeout: seconds ssh may take to reach a host.
         cpu: ``cpu=True`` was passed (else the hosts' GPUs decide, see ``hostplan.py``).
+        slurm_job: ``hosts="slurm"``: the job whose nodes ``targets`` are; the agents start as
+            its steps with srun instead of over ssh.
     """
 
     targets: tuple[HostTarget, ...]
@@ -69,6 +74,12 @@ class HostsSettings:
     env: dict[str, str] = field(default_factory=dict)
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     cpu: bool = False
+    slurm_job: str | None = None
+
+    @property
+    def via(self) -> str:
+        """The command that reaches the hosts: ``"srun"`` or ``"ssh"``."""
+        return "srun" if self.slurm_job is not None else "ssh"
 
 
 def _target(entry: Any, index: int) -> HostTarget:
@@ -109,8 +120,9 @@ def _target(entry: Any, index: int) -> HostTarget:
 def _targets(value: Any) -> tuple[HostTarget, ...]:
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
         raise TypeError(
-            f"hosts must be a list of host names such as ['node1', 'node2'], got "
-            f"{type(value).__name__} ({value!r})."
+            f"hosts must be a list of host names such as ['node1', 'node2'], or \"slurm\" for "
+            f"the nodes of this notebook's SLURM allocation; got {type(value).__name__} "
+            f"({value!r})."
         )
     if not value:
         raise ValueError("hosts=[] names no machine; name at least one, e.g. hosts=['node1'].")
@@ -179,11 +191,15 @@ def check_hosts_settings(raw: dict[str, Any], cpu: bool | None) -> HostsSettings
         raise ValueError(
             f"connect_timeout={timeout!r} is not allowed; it must be a positive number of seconds."
         )
-    return HostsSettings(
-        _targets(hosts),
+    python, cwd, env = (
         _text("python", extra["python"]),
         _text("cwd", extra["cwd"]),
         _env(extra["env"]),
-        float(timeout),
-        cpu=bool(cpu),
     )
+    if isinstance(hosts, str) and hosts.strip().lower() == "slurm":
+        allocation = current_allocation()
+        targets = tuple(HostTarget(node, node) for node in allocation.nodes)
+        return HostsSettings(
+            targets, python, cwd, env, float(timeout), bool(cpu), allocation.job_id
+        )
+    return HostsSettings(_targets(hosts), python, cwd, env, float(timeout), cpu=bool(cpu))

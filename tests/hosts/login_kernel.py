@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from tests.hosts.bed import HostBed
 
 DRIVER = Path(__file__).resolve()
+AGENT = "nbaccel.launch.parent.hostagent"  # what a host runs; pgrep finds it by this
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -70,6 +72,13 @@ class LoginKernel:
         self.process.stdin.flush()
         return self._next(timeout + 30)
 
+    def ok(self, code: str, timeout: float = 180) -> str:
+        """Run one cell that must not fail; its stdout and stderr."""
+        done = self.run(code, timeout=timeout)
+        error, out, err = done["error"], done["stdout"], done["stderr"]
+        assert error is None, f"{error}\nstdout:\n{out}\n{err}"
+        return str(out) + str(err)
+
     def stop(self) -> None:
         """End the kernel (closing stdin ends the driver; with it the allocation)."""
         if self.process.stdin is not None:
@@ -80,6 +89,17 @@ class LoginKernel:
             self.process.kill()
             self.process.wait()
         self.log.close()
+
+
+def agents_left_after(seconds: float) -> list[str]:
+    """The host agents (and their ranks) still running once ``seconds`` passed or none was
+    left (every machine of the bed shares one process table)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = subprocess.run(["pgrep", "-f", AGENT], capture_output=True, text=True)
+        if not found.stdout.split() or time.monotonic() > deadline:
+            return found.stdout.split()
+        time.sleep(0.5)
 
 
 def _cell(client: Any, manager: Any, code: str, timeout: float) -> dict[str, Any]:

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.hosts.bed import HostBed
-from tests.hosts.login_kernel import LoginKernel
-
-AGENT = "nbaccel.launch.parent.hostagent"
+from tests.hosts.launches import check_a_rank_failing_on_node2, check_an_interrupt
+from tests.hosts.login_kernel import AGENT, LoginKernel, agents_left_after
 
 SETUP = """
 import socket, time
@@ -38,15 +37,6 @@ def _remote_pids(bed: HostBed, node: str) -> list[str]:
     return [pid for pid in done.stdout.split() if pid.strip()]
 
 
-def _no_agents_within(bed: HostBed, seconds: float) -> list[str]:
-    deadline = time.monotonic() + seconds
-    while True:
-        found = subprocess.run(["pgrep", "-f", AGENT], capture_output=True, text=True)
-        if not found.stdout.split() or time.monotonic() > deadline:
-            return found.stdout.split()
-        time.sleep(0.5)
-
-
 @pytest.fixture(scope="module")
 def kernel(host_bed: HostBed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoginKernel]:
     cwd = tmp_path_factory.mktemp("hosts-kernel")
@@ -55,18 +45,11 @@ def kernel(host_bed: HostBed, tmp_path_factory: pytest.TempPathFactory) -> Itera
     assert done["error"] is None, done
     yield kernel
     kernel.stop()
-    assert _no_agents_within(host_bed, 15) == []
-
-
-def _ok(kernel: LoginKernel, code: str, timeout: float = 180) -> str:
-    done = kernel.run(code, timeout=timeout)
-    assert done["error"] is None, f"{done['error']}\nstdout:\n{done['stdout']}\n{done['stderr']}"
-    return str(done["stdout"]) + str(done["stderr"])
+    assert agents_left_after(15) == []
 
 
 def test_closure_runs_on_every_host_in_rank_order(kernel: LoginKernel, host_bed: HostBed) -> None:
-    out = _ok(
-        kernel,
+    out = kernel.ok(
         """
 def make(scale):
     def train(x):
@@ -93,33 +76,12 @@ print("LEFT", gone())
 
 
 def test_a_rank_raising_on_node2_raises_in_the_cell(kernel: LoginKernel, host_bed: HostBed) -> None:
-    done = kernel.run(
-        """
-def boom():
-    from nbaccel import PartialState
-    state = PartialState()
-    if socket.gethostname() == "node2" and state.process_index == 3:
-        raise ValueError("bad value on node2")
-    time.sleep(120)  # the others wait: the launcher stops them
-
-t0 = time.monotonic()
-notebook_launcher(boom, num_processes=2, hosts=["node1", "node2"])
-""",
-        timeout=180,
-    )
-    error = done["error"]
-    assert error is not None and error["ename"] == "ValueError", done
-    assert "bad value on node2" in error["traceback"]
-    assert "rank 3 on node2 failed" in error["traceback"], error["traceback"]
-    out = _ok(kernel, "print('TOOK', time.monotonic() - t0, 'LEFT', gone())")
-    assert "LEFT []" in out, out
-    assert float(out.split("TOOK")[1].split()[0]) < 60, out
+    check_a_rank_failing_on_node2(kernel, '["node1", "node2"]', "gone()", "[]")
     assert _remote_pids(host_bed, "node1") == [] and _remote_pids(host_bed, "node2") == []
 
 
 def test_an_unreachable_host_fails_before_any_rank_starts(kernel: LoginKernel) -> None:
-    out = _ok(
-        kernel,
+    out = kernel.ok(
         """
 t0 = time.monotonic()
 try:
@@ -146,8 +108,7 @@ def test_other_versions_are_refused_naming_both(
         f"import runpy; runpy.run_module('{AGENT}', run_name='__main__')\"\n"
     )
     wrapper.chmod(0o755)
-    out = _ok(
-        kernel,
+    out = kernel.ok(
         f"""
 try:
     notebook_launcher(print, num_processes=1, hosts=["node1", "node2"], python={str(wrapper)!r})
@@ -161,22 +122,7 @@ print("LEFT", gone())
 
 
 def test_an_interrupt_stops_every_host(kernel: LoginKernel, host_bed: HostBed) -> None:
-    done = kernel.run(
-        """
-caught = None
-def forever():
-    print("running", flush=True)
-    time.sleep(600)
-try:
-    notebook_launcher(forever, num_processes=1, hosts=["node1", "node2"])
-except KeyboardInterrupt as exc:
-    caught = type(exc).__name__
-""",
-        timeout=25,  # the driver interrupts the kernel then
-    )
-    assert done["status"] == "timeout", done
-    out = _ok(kernel, "t0 = time.monotonic(); print('CAUGHT', caught, 'LEFT', gone())")
-    assert "CAUGHT KeyboardInterrupt LEFT []" in out, out
+    check_an_interrupt(kernel, '["node1", "node2"]', "gone()", "[]")
     assert _remote_pids(host_bed, "node2") == []
 
 
@@ -220,14 +166,13 @@ print("TOOK", time.monotonic() - t0)
         assert "RAISED MachineLostError machine 1 (node2) was lost" in out, answer
         assert ended < 30, (ended, out)
         # node2's agent hears nothing from the notebook either: it stops its rank by itself
-        assert _no_agents_within(host_bed, 20) == []
+        assert agents_left_after(20) == []
     finally:
         host_bed.restore("node2")
 
 
 def test_a_missing_working_directory_is_named(kernel: LoginKernel) -> None:
-    out = _ok(
-        kernel,
+    out = kernel.ok(
         """
 try:
     notebook_launcher(print, num_processes=1, hosts=["node2"], cwd="/no/such/dir")

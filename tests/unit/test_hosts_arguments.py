@@ -22,6 +22,7 @@ from nbaccel.launch.parent.hostwire import (
     encode_frame,
 )
 from nbaccel.launch.prefix import format_prefix
+from nbaccel.launch.slurmhosts import AGENT_MODULE, srun_argv
 
 
 def build(**kwargs: object) -> LaunchConfig:
@@ -132,3 +133,30 @@ def test_the_prefix_names_the_host() -> None:
     assert format_prefix(None, rank=3, local_rank=1, host="node2") == "[node2 rank3]: "
     assert format_prefix(None, rank=3, local_rank=1) == "[rank3]: "
     assert format_prefix("${host}/${local_rank}| ", rank=3, local_rank=1, host="n") == "n/1| "
+
+
+def test_slurm_outside_an_allocation_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_NODELIST"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ValueError, match=r"outside one \(SLURM_JOB_ID is not set\).*salloc -N 2"):
+        build(hosts="slurm")
+    with pytest.raises(TypeError, match='or "slurm" for the nodes'):
+        build(hosts="node1")  # one machine is a list of one
+
+
+def test_slurm_needs_its_commands_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-2]")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(
+        ValueError, match="runs in SLURM job 7, but srun and scontrol are not on its PATH"
+    ):
+        build(hosts="slurm")
+
+
+def test_the_srun_command_starts_one_agent_step_beside_the_kernels() -> None:
+    argv = srun_argv("42", "node2", "/opt/py/bin/python")
+    assert argv[0] == "srun" and argv[-3:] == ["/opt/py/bin/python", "-m", AGENT_MODULE]
+    for option in ("--jobid=42", "--nodelist=node2", "--nodes=1", "--ntasks=1"):
+        assert option in argv
+    assert {"--overlap", "--whole", "--unbuffered"} <= set(argv)

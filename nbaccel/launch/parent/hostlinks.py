@@ -1,6 +1,8 @@
-"""The notebook's side of a host's agent: one ssh process per host, one link per remote rank.
+"""The notebook's side of a host's agent: one ssh (or srun) process per host, one link per
+remote rank.
 
-:class:`AgentLink` starts ``ssh ... python -m nbaccel.launch.parent.hostagent``, reads its
+:class:`AgentLink` starts ``ssh ... python -m nbaccel.launch.parent.hostagent`` (or, with
+``hosts="slurm"``, ``srun ... python -m ...`` as a step of the job: ``slurmhosts.py``), reads its
 frames on one thread (``hostwire.py``) and beats every second on another. Each remote rank
 is a :class:`RemoteLink`, a ``supervisor.WorkerLink``: its ``conn`` gets the rank's message
 bytes from the reader thread, its ``sentinel`` becomes readable when the agent reports the
@@ -21,6 +23,7 @@ import time
 from multiprocessing import Pipe
 
 from ..hostargs import HostTarget
+from ..slurmhosts import AGENT_MODULE
 from ..spec import WorkerSpec
 from .hostwire import (
     Exit,
@@ -39,14 +42,14 @@ from .hostwire import (
 )
 from .processes import close_link
 
-__all__ = ["AGENT_MODULE", "AgentLink", "HostError", "RemoteLink"]
+__all__ = ["AGENT_MODULE", "AgentLink", "HostError", "RemoteLink", "ssh_argv"]
 
-AGENT_MODULE = "nbaccel.launch.parent.hostagent"
 _BEAT_S = 1.0
 _KILL_WAIT_S = 10.0
 _CLOSE_WAIT_S = 5.0
 _STDERR_KEEP = 8192
 _LOST_CODE = -int(signal.SIGKILL)
+_SRUN_TERM_WAIT_S = 3.0  # srun passes SIGTERM on to the step, which then ends its agent
 
 
 class HostError(RuntimeError):
@@ -164,13 +167,21 @@ class RemoteLink:
 
 
 class AgentLink:
-    """One host's agent, reached over ssh (``ssh_argv``); see the module's docstring."""
+    """One host's agent, started by ``argv`` (``ssh_argv``, or ``slurmhosts.srun_argv`` where
+    ``via`` is ``"srun"``); see the module's docstring."""
 
-    def __init__(self, index: int, target: HostTarget, python: str, connect_timeout: float) -> None:
+    def __init__(
+        self,
+        index: int,
+        target: HostTarget,
+        argv: list[str],
+        connect_timeout: float,
+        via: str = "ssh",
+    ) -> None:
         self.index, self.target = index, target
         self.connect_timeout = connect_timeout
         self.node_timeout = 60.0
-        self.argv = ssh_argv(target, python, connect_timeout)
+        self.argv, self.via = argv, via
         self.links: dict[int, RemoteLink] = {}
         self.hello: Hello | None = None
         self.lost: str | None = None  # why the agent is gone before its ranks ended
@@ -209,13 +220,18 @@ class AgentLink:
         said = self.stderr_text() or bytes(self._reader.preamble).decode("utf-8", "replace")
         said = said.strip()[-2000:]
         if code is None:
+            reach = (
+                f"`ssh {entry}` works from this machine without a password"
+                if self.via == "ssh"
+                else f"the job's node {entry} is up (sinfo) and the job still runs (squeue)"
+            )
             raise HostError(
                 entry,
                 f"{entry} did not answer within {self.connect_timeout:.0f}s (connect_timeout) "
-                f"plus 60s for its agent to start. ssh said: {said or 'nothing'}. Check that "
-                f"`ssh {entry}` works from this machine without a password.",
+                f"plus 60s for its agent to start. {self.via} said: {said or 'nothing'}. Check "
+                f"that {reach}.",
             )
-        if code == 255:
+        if code == 255 and self.via == "ssh":
             raise HostError(
                 entry,
                 f"could not reach {entry} over ssh within connect_timeout="
@@ -226,8 +242,8 @@ class AgentLink:
         raise HostError(
             entry,
             f"the nbaccel agent did not start on {entry} (exit code {code}): {said}. The "
-            f"command was `{self.argv[-1]}`; install nbaccel and torch for that interpreter "
-            "there, or name another with python=.",
+            f"command was `{shlex.join(self.argv)}`; install nbaccel and torch for that "
+            "interpreter there, or name another with python=.",
         )
 
     # -- frames ----------------------------------------------------------------------------------
@@ -241,7 +257,7 @@ class AgentLink:
                 stdin.write(data)
                 stdin.flush()
         except (OSError, ValueError):
-            self.declare_lost("the ssh connection to it closed")
+            self.declare_lost(f"the {self.via} connection to it closed")
 
     def send_job(self, job: Job) -> None:
         self.node_timeout = job.node_timeout
@@ -269,7 +285,9 @@ class AgentLink:
         if any(link._reported is None for link in self.links.values()) and self.links:
             tail = self.stderr_text().strip().splitlines()[-3:]
             said = f": {' / '.join(tail)}" if tail else ""
-            self.declare_lost(self.fatal or f"the ssh connection ended (exit code {code}){said}")
+            self.declare_lost(
+                self.fatal or f"the {self.via} connection ended (exit code {code}){said}"
+            )
         self._close_outputs()
 
     def _dispatch(self, frame: Frame) -> None:
@@ -325,6 +343,17 @@ class AgentLink:
         for link in pending:
             link.ended(_LOST_CODE)
         if end_ssh and pending and self.process.poll() is None:
+            self._end_process()
+
+    def _end_process(self) -> None:
+        """Kill the ssh or srun process group. srun gets SIGTERM first, which it passes on to
+        the step (a killed srun would leave the step to notice on its own)."""
+        if self.via == "srun":
+            with contextlib.suppress(OSError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=_SRUN_TERM_WAIT_S)
+        if self.process.poll() is None:
             with contextlib.suppress(OSError):
                 os.killpg(self.process.pid, signal.SIGKILL)
 
@@ -343,8 +372,7 @@ class AgentLink:
         try:
             self.process.wait(timeout=_CLOSE_WAIT_S)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(OSError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+            self._end_process()
             self.process.wait(timeout=_CLOSE_WAIT_S)
         for thread in self._threads:
             thread.join(_CLOSE_WAIT_S)

@@ -28,9 +28,10 @@ from ...version import __version__
 from ..config import LaunchConfig
 from ..nodes.peers import MachineLostError
 from ..prefix import format_prefix
+from ..slurmhosts import srun_argv
 from ..spec import WorkerMode, WorkerSpec
 from .attempt import LaunchPlan
-from .hostlinks import AgentLink, HostError, RemoteLink
+from .hostlinks import AgentLink, HostError, RemoteLink, ssh_argv
 from .hostwire import Hello, Job
 from .launchgroup import LaunchGroup
 from .localranks import worker_env
@@ -74,7 +75,11 @@ class HostsPlan(LaunchPlan):
         agents: list[AgentLink] = []
         try:
             for index, target in enumerate(hosts.targets):
-                agents.append(AgentLink(index, target, python, hosts.connect_timeout))
+                if hosts.slurm_job is not None:
+                    argv = srun_argv(hosts.slurm_job, target.host, python)
+                else:
+                    argv = ssh_argv(target, python, hosts.connect_timeout)
+                agents.append(AgentLink(index, target, argv, hosts.connect_timeout, hosts.via))
             deadline = time.monotonic() + hosts.connect_timeout + _AGENT_START_S
             hellos = [agent.wait_hello(deadline) for agent in agents]
             for agent, hello in zip(agents, hellos, strict=True):
@@ -100,9 +105,10 @@ class HostsPlan(LaunchPlan):
         if attempt == 0:
             names = ", ".join(a.target.entry for a in agents)
             backend = "gloo" if config.cpu else "nccl"
+            via = "over ssh" if hosts.slurm_job is None else f"in SLURM job {hosts.slurm_job}"
             print(
                 f"Launching {config.world_size} processes on {len(agents)} machines ({names}; "
-                f"{per_host} each) over ssh ({backend}); they meet at {master}:{port}.",
+                f"{per_host} each) {via} ({backend}); they meet at {master}:{port}.",
                 flush=True,
             )
         ranks = {rank: rank for rank in range(config.world_size)}  # the relay's keys: ranks

@@ -1,0 +1,54 @@
+"""Launch cells that the ssh and the SLURM tests share: a rank failing on node2, and an
+interrupt. ``hosts`` is the cell's ``hosts=`` argument as code; ``left`` an expression the
+kernel prints to show what is left behind, and ``nothing`` how it prints when nothing is."""
+
+from __future__ import annotations
+
+from tests.hosts.login_kernel import LoginKernel
+
+
+def check_a_rank_failing_on_node2(kernel: LoginKernel, hosts: str, left: str, nothing: str) -> None:
+    """Rank 3 raises on node2 while the others sleep: its own exception reaches the cell,
+    naming rank and host, within a minute, and nothing is left."""
+    done = kernel.run(
+        f"""
+def boom():
+    from nbaccel import PartialState
+    state = PartialState()
+    if socket.gethostname() == "node2" and state.process_index == 3:
+        raise ValueError("bad value on node2")
+    time.sleep(120)  # the others wait: the launcher stops them
+
+t0 = time.monotonic()
+notebook_launcher(boom, num_processes=2, hosts={hosts})
+""",
+        timeout=180,
+    )
+    error = done["error"]
+    assert error is not None and error["ename"] == "ValueError", done
+    assert "bad value on node2" in error["traceback"]
+    assert "rank 3 on node2 failed" in error["traceback"], error["traceback"]
+    out = kernel.ok(f"print('TOOK', time.monotonic() - t0, 'LEFT', {left})")
+    assert f"LEFT {nothing}" in out, out
+    assert float(out.split("TOOK")[1].split()[0]) < 60, out
+
+
+def check_an_interrupt(kernel: LoginKernel, hosts: str, left: str, nothing: str) -> None:
+    """A launch that runs until the kernel is interrupted: ``KeyboardInterrupt`` in the cell,
+    nothing left."""
+    done = kernel.run(
+        f"""
+caught = None
+def forever():
+    print("running", flush=True)
+    time.sleep(600)
+try:
+    notebook_launcher(forever, num_processes=1, hosts={hosts})
+except KeyboardInterrupt as exc:
+    caught = type(exc).__name__
+""",
+        timeout=25,  # the driver interrupts the kernel then
+    )
+    assert done["status"] == "timeout", done
+    out = kernel.ok(f"time.sleep(1); print('CAUGHT', caught, 'LEFT', {left})")
+    assert f"CAUGHT KeyboardInterrupt LEFT {nothing}" in out, out
