@@ -4,7 +4,8 @@
 # nbaccel.module_paths)
 
 from .accelerator import Accelerator
-from .checkpoint import load_checkpoint_in_model
+from .checkpoint.loading import load_checkpoint_and_dispatch
+from .checkpoint.loading import load_checkpoint_in_model
 from .config import write_basic_config
 from .data import DataLoaderConfiguration
 from .data import skip_first_batches
@@ -32,12 +33,11 @@ from .logging import get_logger
 from .memory import find_executable_batch_size
 from .modeling.creation import init_empty_weights
 from .modeling.creation import init_on_device
+from .modeling.allocation import infer_auto_device_map
 from .modeling.offload import cpu_offload
 from .modeling.offload import cpu_offload_with_hook
 from .modeling.offload import disk_offload
 from .modeling.offload import dispatch_model
-from .modeling.offload import infer_auto_device_map
-from .modeling.offload import load_checkpoint_and_dispatch
 from .module_paths import names_of
 from .parallelism import ParallelismConfig
 from .plugins import GradientAccumulationPlugin

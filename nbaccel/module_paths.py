@@ -34,7 +34,7 @@ _CONSTANTS = """
 # the package itself, which also holds nbaccel's own launcher names and the IPython hooks.
 DOORS: dict[str, dict[str, str]] = {
     "nbaccel": {
-        "nbaccel.checkpoint.export": "load_checkpoint_in_model",
+        "nbaccel.checkpoint.loading": "load_checkpoint_and_dispatch load_checkpoint_in_model",
         "nbaccel.config.files": "write_basic_config",
         "nbaccel.data.configuration": "DataLoaderConfiguration",
         "nbaccel.data.rng": "synchronize_rng_states",
@@ -53,11 +53,9 @@ DOORS: dict[str, dict[str, str]] = {
         "nbaccel.launch.parent.pool": "WorkerPool",
         "nbaccel.logging": "get_logger",
         "nbaccel.memory": "find_executable_batch_size",
+        "nbaccel.modeling.allocation": "infer_auto_device_map",
         "nbaccel.modeling.creation": "init_empty_weights init_on_device",
-        "nbaccel.modeling.offload": """
-            cpu_offload cpu_offload_with_hook disk_offload dispatch_model infer_auto_device_map
-            load_checkpoint_and_dispatch
-        """,
+        "nbaccel.modeling.offload": "cpu_offload cpu_offload_with_hook disk_offload dispatch_model",
         "nbaccel.parallelism": "ParallelismConfig",
         "nbaccel.plugins": "GradientAccumulationPlugin ProjectConfiguration TorchDynamoPlugin",
         "nbaccel.profiling": "ProfileKwargs",
@@ -74,12 +72,22 @@ DOORS: dict[str, dict[str, str]] = {
         "nbaccel.training.accelerator": "Accelerator",
     },
     "nbaccel.big_modeling": {
-        "nbaccel.modeling.creation": "init_empty_weights init_on_device",
-        "nbaccel.modeling.offload": """
-            attach_align_device_hook cpu_offload cpu_offload_with_hook disk_offload dispatch_model
-            get_state_dict_from_offload has_offloaded_params infer_auto_device_map
-            load_checkpoint_and_dispatch remove_hook_from_module
+        "nbaccel.checkpoint.loading": "load_checkpoint_and_dispatch load_checkpoint_in_model",
+        "nbaccel.modeling.aligning": """
+            AlignDevicesHook attach_align_device_hook attach_align_device_hook_on_blocks
         """,
+        "nbaccel.modeling.allocation": "infer_auto_device_map",
+        "nbaccel.modeling.creation": "init_empty_weights init_on_device",
+        "nbaccel.modeling.device_map": "get_balanced_memory",
+        "nbaccel.modeling.hooks": """
+            CpuOffload LayerwiseCastingHook UserCpuOffloadHook add_hook_to_module
+            attach_layerwise_casting_hooks remove_hook_from_module
+        """,
+        "nbaccel.modeling.moves": "find_tied_parameters retie_parameters",
+        "nbaccel.modeling.offload": "cpu_offload cpu_offload_with_hook disk_offload dispatch_model",
+        "nbaccel.modeling.offload_store": "OffloadedWeightsLoader offload_state_dict",
+        "nbaccel.modeling.offloaded": "get_state_dict_from_offload has_offloaded_params",
+        "nbaccel.modeling.tensors": "check_device_map extract_submodules_state_dict",
     },
     "nbaccel.data_loader": {
         "nbaccel.data.dispatch": "DataLoaderDispatcher",
@@ -90,7 +98,14 @@ DOORS: dict[str, dict[str, str]] = {
         "nbaccel.data.skip": "SkipDataLoader skip_first_batches",
     },
     "nbaccel.hooks": {
-        "nbaccel.modeling.offload": "attach_align_device_hook remove_hook_from_module",
+        "nbaccel.modeling.aligning": """
+            AlignDevicesHook attach_align_device_hook attach_align_device_hook_on_blocks
+            attach_execution_device_hook
+        """,
+        "nbaccel.modeling.hooks": """
+            CpuOffload LayerwiseCastingHook ModelHook SequentialHook UserCpuOffloadHook
+            add_hook_to_module remove_hook_from_module remove_hook_from_submodules
+        """,
     },
     "nbaccel.launchers": {
         "nbaccel.launch.parent.notebook": "debug_launcher notebook_launcher",
@@ -106,7 +121,7 @@ DOORS: dict[str, dict[str, str]] = {
         "nbaccel.optim": "AcceleratedScheduler",
     },
     "nbaccel.utils": {
-        "nbaccel.checkpoint.export": "load_checkpoint_in_model",
+        "nbaccel.checkpoint.loading": "load_checkpoint_in_model",
         "nbaccel.checkpoint.simple": "convert_file_size_to_int dtype_byte_size load save",
         "nbaccel.config.files": "write_basic_config",
         "nbaccel.constants": _CONSTANTS,
@@ -156,8 +171,23 @@ DOORS: dict[str, dict[str, str]] = {
         "nbaccel.modeling.compiled": "compile_regions has_compiled_regions is_compiled_module",
         "nbaccel.modeling.creation": "init_empty_weights init_on_device",
         "nbaccel.modeling.moves": "find_tied_parameters retie_parameters",
-        "nbaccel.modeling.offload": """
-            get_state_dict_from_offload has_offloaded_params infer_auto_device_map
+        "nbaccel.modeling.allocation": "get_module_size_with_ties infer_auto_device_map",
+        "nbaccel.modeling.device_map": """
+            calculate_maximum_sizes clean_device_map compute_module_sizes
+            compute_module_total_buffer_size get_balanced_memory get_max_layer_size get_max_memory
+        """,
+        "nbaccel.modeling.hooks": "SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING",
+        "nbaccel.modeling.offload_store": """
+            OffloadedWeightsLoader PrefixedDataset load_offloaded_weight load_offloaded_weights
+            offload_state_dict offload_weight save_offload_index
+        """,
+        "nbaccel.modeling.offloaded": """
+            align_module_device get_state_dict_from_offload get_state_dict_offloaded_model
+            has_offloaded_params
+        """,
+        "nbaccel.modeling.tensors": """
+            check_device_map check_tied_parameters_on_same_device extract_submodules_state_dict
+            get_non_persistent_buffers named_module_tensors set_module_tensor_to_device
         """,
         "nbaccel.modeling.storage": "clean_state_dict_for_safetensors id_tensor_storage",
         "nbaccel.modeling.unwrap": "extract_model_from_parallel is_peft_model model_has_dtensor",
@@ -198,7 +228,7 @@ DOORS: dict[str, dict[str, str]] = {
 # ``accelerate.utils``' submodules: the names each holds, each from its home in
 # ``DOORS["nbaccel.utils"]`` (a name's home is written once).
 UTILS_SUBMODULES: dict[str, str] = {
-    "nbaccel.utils.constants": _CONSTANTS,
+    "nbaccel.utils.constants": _CONSTANTS + " SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING",
     "nbaccel.utils.dataclasses": """
         AutocastKwargs ComputeEnvironment CustomDtype DDPCommunicationHookType
         DataLoaderConfiguration DeepSpeedPlugin DeepSpeedSequenceParallelConfig
@@ -248,11 +278,22 @@ UTILS_SUBMODULES: dict[str, str] = {
     """,
     "nbaccel.utils.modeling": """
         AutocastKwargs CustomDtype DistributedType SAFE_WEIGHTS_NAME WEIGHTS_INDEX_NAME WEIGHTS_NAME
-        clear_device_cache convert_file_size_to_int dtype_byte_size find_tied_parameters
-        get_state_dict_from_offload has_offloaded_params id_tensor_storage infer_auto_device_map
-        is_hpu_available is_mlu_available is_mps_available is_musa_available is_npu_available
-        is_peft_available is_peft_model is_sdaa_available is_torch_version is_torch_xla_available
-        is_xpu_available load_checkpoint_in_model retie_parameters tqdm
+        align_module_device calculate_maximum_sizes check_device_map
+        check_tied_parameters_on_same_device clean_device_map clear_device_cache
+        compute_module_sizes compute_module_total_buffer_size convert_file_size_to_int
+        dtype_byte_size find_tied_parameters get_balanced_memory get_max_layer_size
+        get_max_memory get_module_size_with_ties get_non_persistent_buffers
+        get_state_dict_from_offload get_state_dict_offloaded_model has_offloaded_params
+        id_tensor_storage
+        infer_auto_device_map is_hpu_available is_mlu_available is_mps_available
+        is_musa_available is_npu_available is_peft_available is_peft_model is_sdaa_available
+        is_torch_version is_torch_xla_available is_xpu_available load_checkpoint_in_model
+        load_offloaded_weight load_offloaded_weights named_module_tensors offload_weight
+        retie_parameters save_offload_index set_module_tensor_to_device tqdm
+    """,
+    "nbaccel.utils.offload": """
+        OffloadedWeightsLoader PrefixedDataset extract_submodules_state_dict load_offloaded_weight
+        offload_state_dict offload_weight save_offload_index
     """,
     "nbaccel.utils.operations": """
         CannotPadNestedTensorWarning DistributedType TORCH_DISTRIBUTED_OPERATION_TYPES

@@ -1,7 +1,7 @@
 """What nbaccel does not run, the one error that says so, and what to use instead.
 
 Every refusal (Accelerate's DeepSpeed and Megatron-LM plugins and arguments, tensor, context,
-sequence and pipeline parallelism, big-model inference, fp8 recipes of other engines) goes
+sequence and pipeline parallelism, fp8 recipes of other engines) goes
 through :func:`refuse`, which names what the user called, the engine, and the replacement from
 the one table :data:`INSTEAD`. The plugin classes exist so that imports and ``isinstance``
 checks of Accelerate code work; constructing one refuses.
@@ -38,12 +38,6 @@ INSTEAD: dict[str, str] = {
     "Megatron-LM": _FSDP,
     "tensor, context or sequence parallelism": _DATA_PARALLEL,
     "pipeline parallelism": _DATA_PARALLEL,
-    "big-model inference (device maps, CPU/disk offloading)": (
-        "It trains models: load a model for inference with Transformers' "
-        "from_pretrained(..., device_map='auto') or with Accelerate itself; to train a model "
-        "that does not fit one device, use FSDP (FullyShardedDataParallelPlugin, "
-        "cpu_offload=True keeps parameters on the CPU)"
-    ),
     "Transformer Engine or MS-AMP fp8 recipes": (
         'Use Accelerator(mixed_precision="fp8"): nbaccel trains in fp8 with torchao\'s float8 '
         "linear layers (pip install torchao)"

@@ -4,6 +4,8 @@ This package writes and reads files; it sits below the FSDP code, which uses its
 Accelerator's checkpointing part, which combines both, is :mod:`nbaccel.training.checkpointer`.
 """
 
-from .export import load_checkpoint_in_model, parse_size, save_model_files
+from .export import parse_size, save_model_files
 
-__all__ = ["load_checkpoint_in_model", "parse_size", "save_model_files"]
+# .loading (load_checkpoint_in_model, load_checkpoint_and_dispatch) is imported by its path: it
+# builds on the model helpers, which import this package's simple file helpers.
+__all__ = ["parse_size", "save_model_files"]

@@ -93,6 +93,8 @@ def convert_file_size_to_int(size: int | str) -> int:
                 value = int(float(size[: -len(unit)]) * factor)
             except ValueError:
                 break
+            if value < 0:
+                break
             return value // 8 if unit.endswith("B") and size.endswith("b") else value
     raise ValueError(
         f"`size` {size} is not in a valid format. Use an integer for bytes, or a string with "

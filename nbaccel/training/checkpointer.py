@@ -34,6 +34,7 @@ from ..checkpoint.state import (
     save_loader_states,
     save_state_files,
 )
+from ..modeling.offloaded import get_state_dict_offloaded_model, has_offloaded_params
 from ..ops import broadcast_object_list
 from ..plugins import ProjectConfiguration
 from ..precision import Precision
@@ -320,6 +321,8 @@ class Checkpointer:
 
         Under FSDP (1 and 2) it is the full, unsharded state dict on CPU, on the main process
         (``{}`` on the others), whatever ``state_dict_type`` says; every process must call it.
+        A model with offloaded weights (``dispatch_model``, ``cpu_offload``, ``disk_offload``)
+        gives their real values, on the CPU.
         """
         return self._full_state_dict(model, unwrap=unwrap, everywhere=False)
 
@@ -337,6 +340,8 @@ class Checkpointer:
                 everywhere = self.project_configuration.save_on_each_node
             return full_model_state_dict(model, everywhere=everywhere)
         target = self.strategy.unwrap_model(model) if unwrap else model
+        if any(has_offloaded_params(module) for module in target.modules()):
+            return get_state_dict_offloaded_model(target)  # the real values, not meta
         return target.state_dict()
 
     def save_model(
@@ -348,12 +353,19 @@ class Checkpointer:
     ) -> None:
         """Export ``model``'s weights (unwrapped) for ``load_checkpoint_in_model`` and the Hugging
         Face ecosystem: safetensors shards plus an index, or ``pytorch_model.bin``. Every
-        process calls it; only the main process writes."""
+        process calls it; only the main process writes. Offloaded weights are written with
+        their real values (brought to the CPU one module at a time)."""
         check_instance("save_model(model)", model, nn.Module, "a torch.nn.Module")
         if model is None:
             raise TypeError("save_model(model) must be a torch.nn.Module, got None.")
         check_path("save_model(save_directory)", save_directory, allow_none=False)
         check_bool("save_model(safe_serialization)", safe_serialization)
+        offloaded = any(has_offloaded_params(module) for module in model.modules())
+        if not offloaded and any(p.device.type == "meta" for p in model.parameters()):
+            raise RuntimeError(
+                "You can't save the model since some parameters are on the meta device (load "
+                "real weights first, e.g. with load_checkpoint_in_model)."
+            )
         state_dict = self._full_state_dict(model)
         if self._writes():
             save_model_files(state_dict, Path(save_directory), max_shard_size, safe_serialization)

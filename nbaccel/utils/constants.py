@@ -26,6 +26,7 @@ from ..constants import WEIGHTS_INDEX_NAME
 from ..constants import WEIGHTS_NAME
 from ..constants import WEIGHTS_PATTERN_NAME
 from ..constants import XPU_PROFILING_AVAILABLE_PYTORCH_VERSION
+from ..modeling.hooks import SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING
 from ..module_paths import names_of
 
 __all__ = names_of(__name__)

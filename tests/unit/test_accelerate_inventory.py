@@ -18,15 +18,9 @@ from nbaccel.module_paths import names_of
 # Areas nbaccel leaves out: the names may be absent. Reason -> names, space-separated
 # ("Section:name" for class members; plain names stand for "accelerate" and "accelerate.utils").
 OUT_OF_SCOPE: dict[str, str] = {
-    "big-model inference and offloading (device maps, CPU/disk offload): nbaccel trains; load "
-    "weights with load_checkpoint_in_model, infer with Accelerate or Transformers": (
-        "OffloadedWeightsLoader PrefixedDataset "
-        "align_module_device calculate_maximum_sizes check_device_map "
-        "check_tied_parameters_in_config check_tied_parameters_on_same_device "
-        "compute_module_sizes extract_submodules_state_dict get_balanced_memory "
-        "get_max_layer_size get_max_memory load_offloaded_weight "
-        "load_offloaded_weights load_state_dict named_module_tensors offload_state_dict "
-        "offload_weight save_offload_index set_module_tensor_to_device"
+    "big-model inference internals: the checks of Transformers' config, and loading one "
+    "checkpoint file onto the devices of a map (load_checkpoint_in_model does both)": (
+        "check_tied_parameters_in_config load_state_dict"
     ),
     "DeepSpeed / Megatron-LM internals: not run (DeepSpeedPlugin and MegatronLMPlugin exist "
     "and say to use FSDP)": (
@@ -72,18 +66,6 @@ DIFFERS: dict[str, str] = {
     "nbaccel names the same parameters",
     "Accelerator:log": "the same: (values, step, log_kwargs) named instead of *args/**kwargs",
     "fsdp2_load_full_state_dict": "no cpu_offload argument: the plugin's cpu_offload decides",
-    **{
-        name: "takes anything and raises: big-model inference is not part of nbaccel (the "
-        "error says to use Transformers' device_map or Accelerate; FSDP for training)"
-        for name in [
-            "cpu_offload",
-            "cpu_offload_with_hook",
-            "disk_offload",
-            "dispatch_model",
-            "infer_auto_device_map",
-            "load_checkpoint_and_dispatch",
-        ]
-    },
     "FP8RecipeKwargs": "takes anything and raises: Transformer Engine / MS-AMP recipes are "
     "not run (the error says mixed_precision='fp8', through torchao)",
 }
