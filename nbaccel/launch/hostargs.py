@@ -76,6 +76,10 @@ class HostsSettings:
     cpu: bool = False
     slurm_job: str | None = None
 
+    def host_of(self, rank: int, per_host: int) -> str:
+        """The ``hosts=`` entry that runs global ``rank`` (``per_host`` ranks on each)."""
+        return self.targets[rank // per_host].entry
+
     @property
     def via(self) -> str:
         """The command that reaches the hosts: ``"srun"`` or ``"ssh"``."""

@@ -110,6 +110,11 @@ class LaunchDashboard(widgets.VBox):
         self.state.set_machines(node_rank, num_nodes, per_machine, fixed)
         self._redraw()
 
+    def set_hosts(self, hosts: dict[int, str]) -> None:
+        """A launch on ``hosts=[...]``: each rank's machine, beside its rank."""
+        self.state.set_hosts(hosts)
+        self._redraw()
+
     def on_wait(self) -> None:
         """Called by the launcher between its waits: handle the front end's widget messages
         (the Stop click) when the launch blocks the kernel (see :mod:`.kernelpump`)."""

@@ -39,6 +39,7 @@ class RankView:
     metrics: dict[str, float] = field(default_factory=dict)
     rss: int | None = None
     gpu_memory: int | None = None
+    host: str = ""  # the machine of hosts=[...] the rank runs on ("" on this one)
     lines: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_LINES))
     last_was_bar: bool = False
     _first: tuple[float, int] | None = None
@@ -58,7 +59,7 @@ class RankView:
         state = self.state + (f" ({self.detail})" if self.detail else "")
         metrics = ", ".join(f"{k}={v:.4g}" for k, v in self.metrics.items())
         return {
-            "rank": str(self.rank),
+            "rank": f"{self.rank} ({self.host})" if self.host else str(self.rank),
             "state": state,
             "pid": str(self.pid or "-"),
             "progress": progress,
@@ -236,6 +237,16 @@ class DashboardState:
             f"machine {node_rank} of {num_nodes}; {where} report in their own cell on that machine"
         )
 
+    def set_hosts(self, hosts: dict[int, str]) -> None:
+        """A launch on ``hosts=[...]``: the machine of each rank (``{global rank: host}``),
+        shown beside the rank and in the headline."""
+        with self.lock:
+            for rank, host in hosts.items():
+                if rank in self.ranks:
+                    self.ranks[rank].host = host
+            names = list(dict.fromkeys(hosts.values()))
+            self.machines = f"on {len(names)} machines: {', '.join(names)}"
+
     def summary(self) -> str:
         """Several lines: the headline, one per rank, and the error if there was one."""
         with self.lock:
@@ -245,7 +256,7 @@ class DashboardState:
                 extra = f", {row['steps/s']} steps/s" if view.rate else ""
                 metrics = f", {row['metrics']}" if view.metrics else ""
                 lines.append(
-                    f"  rank {view.rank}: {row['state']}, progress {row['progress']}{extra}, "
+                    f"  rank {row['rank']}: {row['state']}, progress {row['progress']}{extra}, "
                     f"RSS {row['RSS']}{metrics}"
                 )
             if self.error:

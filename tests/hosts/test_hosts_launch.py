@@ -80,6 +80,45 @@ def test_a_rank_raising_on_node2_raises_in_the_cell(kernel: LoginKernel, host_be
     assert _remote_pids(host_bed, "node1") == [] and _remote_pids(host_bed, "node2") == []
 
 
+def test_the_dashboard_shows_every_rank_of_every_host(kernel: LoginKernel) -> None:
+    out = kernel.ok(
+        """
+import io
+from nbaccel.widgets import TextDashboard
+board = TextDashboard(io.StringIO())
+notebook_launcher(lambda: socket.gethostname(), num_processes=2, hosts=["node1", "node2"],
+                  dashboard=board)
+print(board.summary())
+print("LEFT", gone())
+""",
+    )
+    assert "on 2 machines: node1, node2" in out, out
+    for rank in range(4):
+        assert f"  rank {rank} (node{1 + rank // 2}): finished" in out, out
+    assert "LEFT []" in out, out
+
+
+def test_max_restarts_starts_every_host_again(kernel: LoginKernel) -> None:
+    out = kernel.ok(
+        """
+def flaky():
+    from nbaccel import PartialState
+    state = PartialState()
+    if state.process_index == 3 and state.restart_count == 0:
+        raise RuntimeError("the first attempt fails on node2")
+    return socket.gethostname(), state.restart_count
+
+print("RESULTS", notebook_launcher(flaky, num_processes=2, hosts=["node1", "node2"],
+                                   max_restarts=1))
+print("LEFT", gone())
+""",
+    )
+    assert "nbaccel: attempt 1 failed (" in out and "the first attempt fails on node2" in out, out
+    expected = [("node1", 1), ("node1", 1), ("node2", 1), ("node2", 1)]
+    assert f"RESULTS {expected}" in out, out
+    assert "LEFT []" in out, out
+
+
 def test_an_unreachable_host_fails_before_any_rank_starts(kernel: LoginKernel) -> None:
     out = kernel.ok(
         """

@@ -60,7 +60,8 @@ class Board:
     interrupt), ``set_pids`` (``{global rank: pid}`` once the ranks started: RSS, GPU memory),
     ``on_wait`` (called between the supervisor's waits: a busy kernel reads the Stop click
     there), ``set_machines`` (``node_rank, num_nodes, per_machine, fixed`` of a multi-node
-    launch) and ``release_messages`` (after a pool call: the kernel messages kept meanwhile).
+    launch), ``set_hosts`` (``{global rank: host}`` of a launch on ``hosts=``) and
+    ``release_messages`` (after a pool call: the kernel messages kept meanwhile).
     """
 
     dashboard: Dashboard
@@ -88,6 +89,10 @@ class Board:
     @property
     def set_machines(self) -> Callable[[int, int, int, bool], None] | None:
         return cast("Callable[[int, int, int, bool], None] | None", self._hook("set_machines"))
+
+    @property
+    def set_hosts(self) -> Callable[[dict[int, str]], None] | None:
+        return cast("Callable[[dict[int, str]], None] | None", self._hook("set_hosts"))
 
     @property
     def release_messages(self) -> Callable[[], None] | None:

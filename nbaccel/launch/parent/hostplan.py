@@ -118,7 +118,7 @@ class HostsPlan(LaunchPlan):
                 rank=rank,
                 local_rank=rank % per_host,
                 node_rank=rank // per_host,
-                host=agents[rank // per_host].target.entry,
+                host=hosts.host_of(rank, per_host),
             )
             for rank in ranks
         }
@@ -179,7 +179,7 @@ class HostsPlan(LaunchPlan):
             if renderer is not None:
                 renderer.close()
         for fate in outcome.fates:
-            fate.host = agents[fate.rank // per_host].target.entry
+            fate.host = hosts.host_of(fate.rank, per_host)
         lost = [agent for agent in agents if agent.lost]
         if lost:
             agent = lost[0]
