@@ -246,5 +246,55 @@ def free_memory() -> dict[str, Any]:
     return result
 
 
+def _ddp_rank(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, Any]:
+    """In each launched rank: its half of every batch, gradients averaged by DDP."""
+    from nbaccel import Accelerator
+
+    acc = Accelerator()
+    model = acc.prepare(_model())
+    optimizer = acc.prepare(torch.optim.SGD(model.parameters(), lr=0.05))
+    for x, y in batches:
+        half = x.shape[0] // acc.num_processes
+        mine = slice(acc.process_index * half, (acc.process_index + 1) * half)
+        loss = nn.functional.mse_loss(model(x[mine].to(acc.device)), y[mine].to(acc.device))
+        acc.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+    weights = [p.detach().cpu().flatten().tolist() for p in acc.unwrap_model(model).parameters()]
+    return {"device": str(acc.device), "backend": acc.state.backend, "weights": weights}
+
+
+def two_ranks(cpu: bool) -> dict[str, Any]:
+    """Two launched ranks (one per GPU, NCCL; or gloo on the CPU) against one process that
+    trains on the whole batches: averaged half-batch gradients are the whole batch's, so the
+    weights must agree to float32 rounding."""
+    from nbaccel import notebook_launcher
+
+    batches = _data()[:10]
+    ranks = notebook_launcher(_ddp_rank, (batches,), num_processes=2, cpu=cpu)
+    device = torch.device("cpu" if cpu else "cuda:0")
+    model = _model().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    for x, y in batches:
+        nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    alone = [p.detach().cpu().flatten() for p in model.parameters()]
+    gaps = [
+        max(
+            float((torch.tensor(w) - a).abs().max())
+            for w, a in zip(r["weights"], alone, strict=True)
+        )
+        for r in ranks
+    ]
+    return {"devices": [r["device"] for r in ranks], "backends": [r["backend"] for r in ranks],
+            "largest_gap": max(gaps)}  # fmt: skip
+
+
+@check
+def two_gpus() -> dict[str, Any]:
+    return two_ranks(cpu=False)
+
+
 if __name__ == "__main__":
     print(json.dumps(CHECKS[sys.argv[1]]()))

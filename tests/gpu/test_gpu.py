@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from nbaccel.environment import cuda_device_count
 from tests.support.paths import pythonpath
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600)]
@@ -103,6 +104,14 @@ def test_free_memory_releases_cuda_memory_to_the_driver() -> None:
     assert found["driver_free_after"] - found["driver_free_before"] > 0.9 * found["used"], found
     assert found["returned"] == [None, None]  # model, optimizer = free_memory(model, optimizer)
     assert found["after_returned"] < 0.01 * found["used"], found
+
+
+@pytest.mark.skipif(cuda_device_count() < 2, reason="needs two GPUs (one NCCL rank each)")
+def test_two_ranks_on_two_gpus_over_nccl_train_as_one_process() -> None:
+    found = _run("two_gpus")
+    assert found["devices"] == ["cuda:0", "cuda:1"], found
+    assert found["backends"] == ["nccl", "nccl"], found
+    assert found["largest_gap"] < 1e-5, found
 
 
 def test_the_gpt_bf16_benchmark_runs_every_subject_on_the_gpu() -> None:
