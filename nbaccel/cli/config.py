@@ -30,7 +30,7 @@ from ..config import (
 from ..config.fsdp import FSDP_KEYS
 from ..config.schema import DISTRIBUTED_TYPES, DYNAMO_KEYS, PRECISIONS, RDZV_BACKENDS
 from ..config.values import as_bool, as_choice, as_int, as_port, as_str
-from ..environment import cuda_device_count
+from ..environment import cuda_device_count, fp16_unavailable_note
 from .parsing import config_file_option
 
 __all__ = ["NAME", "SUMMARY", "add_arguments", "add_field_flags", "field_values", "run"]
@@ -238,9 +238,7 @@ def questionnaire() -> ConfigFile:
     )
     if not cpu and gpus:
         values["gpu_ids"] = ask("Which GPUs ('all' or e.g. 0,1)", str, "all")
-    values["mixed_precision"] = ask(
-        f"Mixed precision ({', '.join(PRECISIONS)})", _choice(PRECISIONS), "no"
-    )
+    values["mixed_precision"] = _ask_precision(cpu)
     if kind == "FSDP":
         values["fsdp_config"] = _fsdp_questions()
     values["debug"] = ask("Turn on the launcher's debug checks", as_bool, False)
@@ -248,6 +246,21 @@ def questionnaire() -> ConfigFile:
         return dataclasses.replace(base, **values)
     except ValueProblem as problem:
         raise problem.error("your answers") from None
+
+
+def _ask_precision(cpu: bool) -> str:
+    """The mixed precision; on the CPU fp16 is not offered (it would train in fp32), as in the
+    config panel."""
+    if not cpu:
+        return str(ask(f"Mixed precision ({', '.join(PRECISIONS)})", _choice(PRECISIONS), "no"))
+    offered = tuple(p for p in PRECISIONS if p != "fp16")
+
+    def parse(answer: str) -> str:
+        if answer.strip().lower() == "fp16":
+            raise ValueError(f"{fp16_unavailable_note('cpu')}; answer bf16 or no")
+        return as_choice(answer, offered)
+
+    return str(ask(f"Mixed precision ({', '.join(offered)})", parse, "no"))
 
 
 def _fsdp_questions() -> dict[str, Any]:

@@ -104,6 +104,7 @@ def test_questionnaire_through_a_pseudo_terminal(tmp_path: Path) -> None:
         ("How many machines", "two"),  # invalid: asked again
         ("How many machines", ""),  # Enter: the default, 1
         ("How many processes in total", "3"),
+        ("Mixed precision (no, bf16", "fp16"),  # not offered on the CPU: asked again
         ("Mixed precision", "bf16"),
         ("debug checks", ""),
     ]
@@ -119,6 +120,7 @@ def test_questionnaire_through_a_pseudo_terminal(tmp_path: Path) -> None:
         os.close(leader)
     transcript = "".join(seen)
     assert "'two' is not valid" in transcript
+    assert "fp16 does not train on the CPU (bf16 is its mixed precision); answer bf16" in transcript
     written = _file(tmp_path)
     assert written["distributed_type"] == "MULTI_CPU" and written["num_processes"] == 3
     assert written["num_machines"] == 1 and written["mixed_precision"] == "bf16"
