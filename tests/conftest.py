@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import site
 import socket
 import subprocess
@@ -65,14 +66,27 @@ def find_free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# Variables that code under test sets in its own process (Accelerate's Accelerator sets
+# ACCELERATE_USE_FSDP=true and FSDP_* for an fsdp_plugin, as nbaccel's launcher does for its
+# ranks): a test that leaves them behind would turn FSDP on for the ranks of a later one.
+_LEFT_BY_CODE = re.compile(r"^(ACCELERATE_USE_FSDP|FSDP_[A-Z_]+)$")
+
+
 @pytest.fixture(autouse=True)
 def _fresh_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Run each test without launch variables and forget the nbaccel state afterwards."""
+    """Run each test without launch variables and forget the nbaccel state afterwards; the
+    FSDP variables a test's code set are removed again."""
     for name in LAUNCH_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+    before = {k: v for k, v in os.environ.items() if _LEFT_BY_CODE.match(k)}
     reset_state()
     yield
     reset_state()
+    for name in [k for k in os.environ if _LEFT_BY_CODE.match(k)]:
+        if name in before:
+            os.environ[name] = before[name]
+        else:
+            del os.environ[name]
 
 
 @pytest.fixture(scope="session")
