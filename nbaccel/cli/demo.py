@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         mixed_precision=args.mixed_precision,
         start_method=args.start_method,
         cpu=True if args.cpu or not gpus else None,
+        hosts=False,  # this machine, whatever hosts the config file names
     )
     elapsed = time.perf_counter() - started
     for result in results:

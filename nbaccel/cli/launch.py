@@ -3,10 +3,12 @@
 Settings come from one precedence (flag > config file > default) and reach the script's
 ``Accelerator()`` as one resolved config file (``NBACCEL_CONFIG_FILE`` in the processes).
 Several processes or machines run under ``torch.distributed.run``'s agent, so clusters that
-run ``torchrun`` run this the same way; one process runs as a plain child process. The
-command exits with the script's exit code (the first failing rank's); Ctrl-C stops every
-process. ``python -m nbaccel.cli.launch --call FUNCTION script.py ...`` is the entry used
-when a script has no ``if __name__ == "__main__":`` of its own (see ``main_training_function``).
+run ``torchrun`` run this the same way; one process runs as a plain child process. With
+``--hosts`` (or the config file's ``hosts``) the script runs on those machines instead, started
+from here (``hostlaunch.py``). The command exits with the script's exit code (the first
+failing rank's); Ctrl-C stops every process. ``python -m nbaccel.cli.launch --call FUNCTION
+script.py ...`` is the entry used when a script has no ``if __name__ == "__main__":`` of its
+own (see ``main_training_function``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from ..launch.nodes.netif import route_to
 from ..launch.parent.variables import temporary_environment
 from ..validation import is_int
 from .config import add_field_flags, field_values
+from .hostlaunch import check_hosts_flags, run_on_hosts
+from .hostscript import entry_function
 from .parsing import config_file_option
 
 __all__ = [
@@ -106,17 +110,16 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"nbaccel launch: {exc}", file=sys.stderr)
         return 2
+    problem = check_hosts_flags(args, resolved)
+    if problem is not None:
+        print(f"nbaccel launch: {problem}", file=sys.stderr)
+        return 2
+    if resolved.config.hosts is not None:  # --hosts, or the config file's hosts
+        return run_on_hosts(resolved, args.script, args.script_args, args.module)
     command = script_command(
         args.script, args.script_args, args.module, resolved.config.main_training_function
     )
     return execute(resolved, command)
-
-
-def _has_main_guard(tree: ast.Module) -> bool:
-    for node in tree.body:
-        if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test):
-            return True
-    return False
 
 
 def script_command(script: str, args: list[str], module: bool, function: str) -> list[str]:
@@ -130,11 +133,7 @@ def script_command(script: str, args: list[str], module: bool, function: str) ->
         tree = ast.parse(path.read_text(), str(path))
     except SyntaxError:
         return [script, *args]  # let Python report it, with the usual traceback
-    defines = any(
-        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function
-        for n in tree.body
-    )
-    if defines and not _has_main_guard(tree):
+    if entry_function(tree, function) is not None:
         return ["-m", "nbaccel.cli.launch", "--call", function, script, *args]
     return [script, *args]
 

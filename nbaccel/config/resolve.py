@@ -98,8 +98,8 @@ def resolve_launch(explicit: Mapping[str, Any], loaded: LoadedConfig | None) -> 
     sources["num_processes"] = ARGUMENT
     if per is None and loaded is not None and loaded.config.num_processes is not None:
         per, sources["num_processes"] = loaded.config.processes_per_machine, FILE
-    if per is None:
-        per, sources["num_processes"] = (1 if cpu else gpus), DEFAULT
+    if per is None:  # with hosts: one on each (their GPUs are not known here)
+        per, sources["num_processes"] = (1 if cpu or _names_hosts(values) else gpus), DEFAULT
     fsdp = dict(loaded.config.fsdp_config.values) if loaded is not None else {}
     fsdp.update({k: v for k, v in explicit.items() if k.startswith("fsdp_") and v is not None})
     sources["fsdp_config"] = ARGUMENT if any(k.startswith("fsdp_") for k in explicit) else FILE
@@ -132,6 +132,13 @@ def resolve_launch(explicit: Mapping[str, Any], loaded: LoadedConfig | None) -> 
     )
 
 
+def _names_hosts(values: Mapping[str, Any]) -> bool:
+    try:
+        return ConfigFile(hosts=values["hosts"]).hosts is not None
+    except ValueProblem:  # reported below, with the other settings
+        return True
+
+
 def _check_machines(config: ConfigFile, per: int, cpu: bool, gpus: int) -> None:
     if config.num_machines > 1 and config.main_process_ip is None:  # the port defaults to 29500
         raise ConfigError(
@@ -139,15 +146,38 @@ def _check_machines(config: ConfigFile, per: int, cpu: bool, gpus: int) -> None:
             "pass --main_process_ip (and --main_process_port unless 29500 suits), or set "
             "main_process_ip in the config file."
         )
-    if not cpu and per > gpus:
+    if not cpu and per > gpus and config.hosts is None:  # the hosts' GPUs: checked there
         raise ConfigError(
             f"num_processes={per} per machine but this machine has {gpus} GPU(s); use at most "
             f"{gpus}, or --cpu to run the processes on the CPU."
         )
 
 
+def _hosts_defaults(
+    kwargs: Mapping[str, Any], cfg: ConfigFile, keys: tuple[str, ...]
+) -> dict[str, Any]:
+    """The file's ``hosts`` for a caller that takes ``hosts=`` and left it ``None``, and its
+    ``hosts_python``, ``hosts_cwd``, ``hosts_connect_timeout`` wherever hosts are in force."""
+    if "hosts" not in kwargs:  # WorkerPool: this machine's ranks only
+        return {}
+    hosts = cfg.hosts if kwargs["hosts"] is None else kwargs["hosts"]
+    if hosts is None or hosts is False:  # False: this machine, whatever the file says
+        return {}
+    timeout = cfg.hosts_connect_timeout if "hosts_connect_timeout" in keys else None
+    return {
+        "hosts": cfg.hosts,
+        "python": cfg.hosts_python,
+        "cwd": cfg.hosts_cwd,
+        "connect_timeout": timeout,
+    }
+
+
 def launcher_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """``notebook_launcher``'s arguments with each ``None`` taken from the config in force.
+
+    ``hosts`` (where the caller takes it: not ``WorkerPool``), ``python``, ``cwd`` and
+    ``connect_timeout`` come from ``hosts``, ``hosts_python``, ``hosts_cwd`` and
+    ``hosts_connect_timeout``; the last three only where hosts are in force.
 
     ``num_processes`` becomes the file's processes per machine; ``use_port`` and
     ``master_addr`` come from ``main_process_port`` / ``main_process_ip`` (a port from the
@@ -168,6 +198,7 @@ def launcher_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:
         "master_addr": cfg.main_process_ip,
         "cpu": True if cfg.use_cpu else None,
         "debug": True if cfg.debug else None,
+        **_hosts_defaults(kwargs, cfg, loaded.keys),
         "max_restarts": cfg.max_restarts if "max_restarts" in loaded.keys else None,
         "start_method": cfg.start_method if "start_method" in loaded.keys else None,
         "fsdp_config": cfg.fsdp_config.to_dict() if cfg.distributed_type == "FSDP" else None,

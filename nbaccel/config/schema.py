@@ -13,6 +13,14 @@ from typing import Any
 
 from ..enums import PRECISIONS, DynamoBackend
 from .fsdp import FsdpConfig
+from .hosts import (
+    DEFAULT_CONNECT_TIMEOUT,
+    as_key,
+    check_connect_timeout,
+    check_file_hosts,
+    check_path_text,
+    hosts_setting,
+)
 from .ranks import DEFAULT_DISPLAY_RANKS, display_ranks_text
 from .values import ValueProblem, as_bool, as_choice, as_int, as_port, as_str
 
@@ -45,6 +53,10 @@ START_METHODS = ("auto", "fork", "spawn")
 # so that a file nbaccel writes with its defaults stays one Accelerate reads too.
 NBACCEL_KEYS = {
     "gradient_accumulation_steps": 1,
+    "hosts": None,
+    "hosts_python": None,
+    "hosts_cwd": None,
+    "hosts_connect_timeout": DEFAULT_CONNECT_TIMEOUT,
     "start_method": "auto",
     "max_restarts": 0,
     "display_ranks": DEFAULT_DISPLAY_RANKS,
@@ -225,6 +237,29 @@ class ConfigFile:
         lambda v: as_int(v, minimum=1),
         "batches per optimizer step: Accelerator()'s default (1: no accumulation)",
     )
+    hosts: list[str] | str | None = dataclasses.field(
+        default=None,
+        metadata=_meta(
+            as_key(hosts_setting),
+            "machines notebook_launcher and nbaccel launch start from here over ssh, "
+            "num_processes on each: node1,node2 (user@host:port), or slurm",
+        ),
+    )
+    hosts_python: str | None = _f(
+        None,
+        _optional(as_key(check_path_text, "hosts_python")),
+        "with hosts: the Python interpreter on every host (default: this one's path)",
+    )
+    hosts_cwd: str | None = _f(
+        None,
+        _optional(as_key(check_path_text, "hosts_cwd")),
+        "with hosts: the ranks' working directory on every host (default: this one)",
+    )
+    hosts_connect_timeout: float = _f(
+        DEFAULT_CONNECT_TIMEOUT,
+        as_key(check_connect_timeout, "hosts_connect_timeout", number=True),
+        "with hosts: seconds ssh may take to reach a host",
+    )
     start_method: str = _f(
         "auto",
         lambda v: as_choice(str(v), START_METHODS),
@@ -258,6 +293,8 @@ class ConfigFile:
                 "machines (num_processes in a file is the total over all machines)",
                 key="num_processes",
             )
+        if self.hosts is not None:
+            check_file_hosts(self.num_machines, self.machine_rank)
 
     @property
     def processes_per_machine(self) -> int | None:

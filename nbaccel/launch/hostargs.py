@@ -5,7 +5,9 @@ checked before anything starts.
 accepts (a name from ``~/.ssh/config``, a host name or an address), optionally with a user
 (``user@``) and a port (``:port``; IPv6 addresses in brackets: ``[2001:db8::1]:22``).
 ``hosts="slurm"`` takes the nodes of the SLURM allocation the notebook runs in
-(``slurmhosts.py``).
+(``slurmhosts.py``). The rules of an entry are ``config/hosts.py``'s, which the config file's
+``hosts`` keys share; ``hosts=None`` takes the config file's, ``hosts=False`` runs on this
+machine whatever the file says.
 """
 
 from __future__ import annotations
@@ -14,43 +16,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..validation import is_number
+from ..config.hosts import (
+    DEFAULT_CONNECT_TIMEOUT,
+    HostTarget,
+    check_connect_timeout,
+    check_no_machines,
+    check_path_text,
+    host_targets,
+    is_slurm,
+)
 from .slurmhosts import current_allocation
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "HostTarget", "HostsSettings", "check_hosts_settings"]
 
-DEFAULT_CONNECT_TIMEOUT = 30.0
-
-# what ssh takes as a host: names, aliases, IPv4 and (bracketed) IPv6 addresses
-_HOST = re.compile(r"^[A-Za-z0-9_.\-]+$|^\[[0-9A-Fa-f:.%A-Za-z]+\]$")
-_USER = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-@dataclass(frozen=True)
-class HostTarget:
-    """One machine of ``hosts=``, as ssh is to reach it.
-
-    Attributes:
-        entry: the entry as written (what messages show).
-        host: the host name, alias or address (brackets removed).
-        user: the login name, or None (ssh's own choice: ``~/.ssh/config`` or the local user).
-        port: the ssh port, or None (ssh's own choice).
-    """
-
-    entry: str
-    host: str
-    user: str | None = None
-    port: int | None = None
-
-    @property
-    def destination(self) -> str:
-        """``[user@]host`` as ssh's destination argument."""
-        return f"{self.user}@{self.host}" if self.user else self.host
-
-    def ssh_options(self) -> list[str]:
-        """``-p port`` where a port was named."""
-        return ["-p", str(self.port)] if self.port is not None else []
 
 
 @dataclass(frozen=True)
@@ -86,71 +65,6 @@ class HostsSettings:
         return "srun" if self.slurm_job is not None else "ssh"
 
 
-def _target(entry: Any, index: int) -> HostTarget:
-    if not isinstance(entry, str) or not entry.strip():
-        raise TypeError(
-            f"hosts[{index}]={entry!r} must be a non-empty string such as 'node1', "
-            "'user@node1' or 'node1:2222'."
-        )
-    text = entry.strip()
-    user, at, rest = text.rpartition("@")
-    if at and not _USER.match(user):
-        raise ValueError(f"hosts[{index}]={entry!r} has a bad user name {user!r}.")
-    host, port_text = rest, None
-    if rest.startswith("["):  # [IPv6]:port
-        close = rest.find("]")
-        host, tail = rest[: close + 1], rest[close + 1 :]
-        if close < 0 or (tail and not tail.startswith(":")):
-            raise ValueError(f"hosts[{index}]={entry!r}: write an IPv6 address as '[addr]:port'.")
-        port_text = tail[1:] if tail else None
-    elif rest.count(":") == 1:
-        host, port_text = rest.split(":")
-    port = None
-    if port_text is not None:
-        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-            raise ValueError(
-                f"hosts[{index}]={entry!r} has the port {port_text!r}; a port is a number "
-                "from 1 to 65535, e.g. 'node1:2222'."
-            )
-        port = int(port_text)
-    if not host or not _HOST.match(host) or host.startswith("-"):
-        raise ValueError(
-            f"hosts[{index}]={entry!r} is not a host ssh can reach: write a name from "
-            "~/.ssh/config, a host name or an address, optionally 'user@host:port'."
-        )
-    return HostTarget(text, host.strip("[]"), user or None, port)
-
-
-def _targets(value: Any) -> tuple[HostTarget, ...]:
-    if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise TypeError(
-            f"hosts must be a list of host names such as ['node1', 'node2'], or \"slurm\" for "
-            f"the nodes of this notebook's SLURM allocation; got {type(value).__name__} "
-            f"({value!r})."
-        )
-    if not value:
-        raise ValueError("hosts=[] names no machine; name at least one, e.g. hosts=['node1'].")
-    targets = tuple(_target(entry, i) for i, entry in enumerate(value))
-    seen: dict[tuple[str | None, str, int | None], str] = {}
-    for target in targets:
-        key = (target.user, target.host, target.port)
-        if key in seen:
-            raise ValueError(
-                f"hosts names {target.entry!r} twice; name each machine once (num_processes "
-                "is the number of processes on each)."
-            )
-        seen[key] = target.entry
-    return targets
-
-
-def _text(name: str, value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise TypeError(f"{name} must be a non-empty path string or None, got {value!r}.")
-    return value.strip()
-
-
 def _env(value: Any) -> dict[str, str]:
     if value is None:
         return {}
@@ -168,14 +82,15 @@ def _env(value: Any) -> dict[str, str]:
 
 def check_hosts_settings(raw: dict[str, Any], cpu: bool | None) -> HostsSettings | None:
     """The checked ``hosts``, ``python``, ``cwd``, ``env`` and ``connect_timeout`` (popped from
-    ``raw``); None without ``hosts``, where the other four must be left out too.
+    ``raw``); None without ``hosts`` (or with ``hosts=False``), where the other four must be
+    left out too.
 
     Raises:
         TypeError / ValueError: a bad value, naming the argument and what is accepted.
     """
     hosts = raw.pop("hosts", None)
     extra = {key: raw.pop(key, None) for key in ("python", "cwd", "env", "connect_timeout")}
-    if hosts is None:
+    if hosts is None or hosts is False:
         given = [key for key, value in extra.items() if value is not None]
         if given:
             raise ValueError(
@@ -183,27 +98,21 @@ def check_hosts_settings(raw: dict[str, Any], cpu: bool | None) -> HostsSettings
                 "as well, or leave them out."
             )
         return None
-    if raw.get("num_nodes", 1) not in (1, None) or raw.get("node_rank", 0) not in (0, None):
-        raise ValueError(
-            "hosts= starts every machine from this notebook, so num_nodes and node_rank do not "
-            "apply; leave them out (hosts=['node1', 'node2'] is two machines)."
-        )
-    timeout = extra["connect_timeout"]
-    if timeout is None:
-        timeout = DEFAULT_CONNECT_TIMEOUT
-    if not is_number(timeout) or timeout <= 0:
-        raise ValueError(
-            f"connect_timeout={timeout!r} is not allowed; it must be a positive number of seconds."
-        )
+    check_no_machines(
+        raw.get("num_nodes", 1),
+        raw.get("node_rank", 0),
+        ("num_nodes", "node_rank"),
+        "pass hosts=False to start only this machine's ranks (hosts= may come from the config "
+        "file in force)",
+    )
+    timeout = check_connect_timeout("connect_timeout", extra["connect_timeout"])
     python, cwd, env = (
-        _text("python", extra["python"]),
-        _text("cwd", extra["cwd"]),
+        check_path_text("python", extra["python"]),
+        check_path_text("cwd", extra["cwd"]),
         _env(extra["env"]),
     )
-    if isinstance(hosts, str) and hosts.strip().lower() == "slurm":
+    if is_slurm(hosts):
         allocation = current_allocation()
         targets = tuple(HostTarget(node, node) for node in allocation.nodes)
-        return HostsSettings(
-            targets, python, cwd, env, float(timeout), bool(cpu), allocation.job_id
-        )
-    return HostsSettings(_targets(hosts), python, cwd, env, float(timeout), cpu=bool(cpu))
+        return HostsSettings(targets, python, cwd, env, timeout, bool(cpu), allocation.job_id)
+    return HostsSettings(host_targets(hosts), python, cwd, env, timeout, cpu=bool(cpu))

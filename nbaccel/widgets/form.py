@@ -7,6 +7,7 @@ from typing import Any
 
 from ..config import ConfigFile, FsdpConfig, ValueProblem
 from ..config.fsdp import SHARDING_STRATEGIES, STATE_DICT_TYPES, WRAP_POLICIES
+from ..config.hosts import check_no_machines, hosts_setting, hosts_text
 from ..config.ranks import parse_display_ranks
 from ..config.schema import START_METHODS
 from .hardware import Hardware
@@ -24,6 +25,9 @@ class PanelValues:
     machine_rank: int = 0
     main_process_ip: str = ""
     main_process_port: int = 0  # 0: a free port (one machine only)
+    hosts: str = ""  # "node1, node2" or "slurm": machines started from here; "": none
+    hosts_python: str = ""  # "": this kernel's interpreter path
+    hosts_cwd: str = ""  # "": this kernel's working directory
     mixed_precision: str = "no"
     start_method: str = "auto"
     gradient_accumulation_steps: int = 1
@@ -65,7 +69,9 @@ class PanelValues:
             return "XLA"
         if self.use_fsdp:
             return "FSDP"
-        if self.num_processes * self.num_machines == 1:
+        hosts = self.host_list()
+        machines = len(hosts) if isinstance(hosts, list) else self.num_machines
+        if self.num_processes * machines == 1:
             return "NO"
         return "MULTI_GPU" if self.device == "gpu" else "MULTI_CPU"
 
@@ -90,7 +96,17 @@ class PanelValues:
             start_method=self.start_method,
             max_restarts=self.max_restarts,
             display_ranks=self.display_ranks,
+            hosts=self.hosts,
+            hosts_python=self.hosts_python.strip() or None,
+            hosts_cwd=self.hosts_cwd.strip() or None,
         )
+
+    def host_list(self) -> list[str] | str | None:
+        """The hosts as ``notebook_launcher(hosts=)`` takes them (None: none, or not valid)."""
+        try:
+            return hosts_setting(self.hosts)
+        except (TypeError, ValueError):  # shown next to the field by validate()
+            return None
 
     @classmethod
     def from_config(cls, config: ConfigFile, hardware: Hardware) -> PanelValues:
@@ -113,6 +129,9 @@ class PanelValues:
             gradient_accumulation_steps=config.gradient_accumulation_steps,
             max_restarts=config.max_restarts,
             display_ranks=config.display_ranks,
+            hosts=hosts_text(config.hosts),
+            hosts_python=config.hosts_python or "",
+            hosts_cwd=config.hosts_cwd or "",
         )
         fsdp = dict(config.fsdp_config.values)
         if config.distributed_type == "FSDP" or fsdp:
@@ -148,6 +167,22 @@ def _machine_problems(v: PanelValues) -> dict[str, str]:
     return out
 
 
+def _hosts_problems(v: PanelValues) -> dict[str, str]:
+    try:
+        hosts = hosts_setting(v.hosts)
+    except (TypeError, ValueError) as exc:
+        return {"hosts": str(exc)}
+    if hosts is None:
+        return {}
+    try:
+        check_no_machines(
+            v.num_machines, v.machine_rank, ("Machines", "Machine rank"), "clear Hosts"
+        )
+    except ValueError as exc:
+        return {"hosts": str(exc)}
+    return {}
+
+
 def _fsdp_problems(v: PanelValues, hardware: Hardware) -> dict[str, str]:
     out: dict[str, str] = {}
     if not v.use_fsdp:
@@ -181,7 +216,10 @@ def _display_problems(v: PanelValues) -> dict[str, str]:
         ranks = parse_display_ranks(v.display_ranks)
     except ValueProblem:
         return {"display_ranks": "a rank, ranks such as 0,1, or all"}
-    world = v.num_processes * v.num_machines
+    hosts = v.host_list()
+    if hosts == "slurm":  # the job's nodes are counted when the launch starts
+        return {}
+    world = v.num_processes * (len(hosts) if hosts else v.num_machines)
     if ranks and ranks[-1] >= world:
         return {"display_ranks": f"ranks 0..{world - 1} exist with {world} process(es)"}
     return {}
@@ -196,7 +234,7 @@ def validate(values: PanelValues, hardware: Hardware) -> dict[str, str]:
     limit = hardware.max_processes(v.device)
     if v.num_processes < 1:
         out["num_processes"] = "at least 1 process"
-    elif v.device in hardware.kinds and v.num_processes > limit:
+    elif v.device in hardware.kinds and v.num_processes > limit and not v.host_list():
         out["num_processes"] = f"at most {limit}: this machine has {hardware.limit_text(v.device)}"
     precision = hardware.precision_problem(v.device, v.mixed_precision)
     if precision is not None:
@@ -209,6 +247,7 @@ def validate(values: PanelValues, hardware: Hardware) -> dict[str, str]:
         out["max_restarts"] = "0 or more"
     out.update(_display_problems(v))
     out.update(_machine_problems(v))
+    out.update(_hosts_problems(v))
     out.update(_fsdp_problems(v, hardware))
     if not out:
         try:
@@ -244,4 +283,11 @@ def launch_options(values: PanelValues) -> dict[str, Any]:
         out["display_ranks"] = "all" if ranks is None else list(ranks)
     if v.device == "cpu":
         out["cpu"] = True
+    hosts = v.host_list()
+    if hosts is not None:
+        out["hosts"] = hosts
+        if v.hosts_python.strip():
+            out["python"] = v.hosts_python.strip()
+        if v.hosts_cwd.strip():
+            out["cwd"] = v.hosts_cwd.strip()
     return out

@@ -44,6 +44,9 @@ _SECTIONS: dict[str, tuple[tuple[str, str], ...]] = {
         ("machine_rank", "Machine rank"),
         ("main_process_ip", "Main address"),
         ("main_process_port", "Main port (0: free)"),
+        ("hosts", "Hosts (or slurm)"),
+        ("hosts_python", "Python on hosts"),
+        ("hosts_cwd", "Directory on hosts"),
     ),
     "FSDP": (
         ("use_fsdp", "Use FSDP"),
@@ -112,6 +115,9 @@ class ConfigPanel(widgets.VBox):
     machine_rank = traitlets.Int(0)
     main_process_ip = traitlets.Unicode("")
     main_process_port = traitlets.Int(0)
+    hosts = traitlets.Unicode("", help="machines started from here: 'node1, node2' or 'slurm'")
+    hosts_python = traitlets.Unicode("")
+    hosts_cwd = traitlets.Unicode("")
     use_fsdp = traitlets.Bool(False)
     fsdp_version = traitlets.Int(2)
     fsdp_sharding_strategy = traitlets.Unicode("FULL_SHARD")
@@ -337,6 +343,7 @@ class ConfigPanel(widgets.VBox):
         self.dashboard, self.results, self.error = board, None, None
         self.set_trait("children", (*self._base_children, board))
         options = dict(self.launch_options, dashboard=board, kwargs=self.kwargs)
+        options.setdefault("hosts", False)  # the panel's settings, whatever the file in force
         function, args = self.function, self.args
 
         def run() -> None:

@@ -49,7 +49,9 @@ def _config_from_calls(seen: dict[str, Any]) -> ConfigFile:
         fsdp[inverse[arg]] = value.upper() if arg == "auto_wrap_policy" else value
     per, machines = launch["num_processes"], launch.get("num_nodes", 1)
     world = per * machines
-    kind = "FSDP" if fsdp else ("NO" if world == 1 else "MULTI_CPU")
+    hosts = launch.get("hosts")
+    ranks = world * (len(hosts) if isinstance(hosts, list) else 1)  # num_processes on each host
+    kind = "FSDP" if fsdp else ("NO" if ranks == 1 else "MULTI_CPU")
     return ConfigFile(
         distributed_type=kind,
         mixed_precision=accel.get("mixed_precision", "no"),
@@ -63,6 +65,9 @@ def _config_from_calls(seen: dict[str, Any]) -> ConfigFile:
         gradient_accumulation_steps=accel.get("gradient_accumulation_steps", 1),
         start_method=launch.get("start_method", "auto"),
         max_restarts=launch.get("max_restarts", 0),
+        hosts=launch.get("hosts"),
+        hosts_python=launch.get("python"),
+        hosts_cwd=launch.get("cwd"),
     )
 
 
@@ -93,8 +98,11 @@ def _config_from_calls(seen: dict[str, Any]) -> ConfigFile:
             fsdp_min_num_params=1000,
             fsdp_state_dict_type="FULL_STATE_DICT",
         ),
+        PanelValues(
+            num_processes=1, hosts="node1, user@node2:2222", hosts_python="/opt/py", hosts_cwd="/w"
+        ),
     ],
-    ids=["bf16-accumulation", "spawn-restarts", "two-machines", "fsdp2", "fsdp1-size"],
+    ids=["bf16-accumulation", "spawn-restarts", "two-machines", "fsdp2", "fsdp1-size", "hosts"],
 )
 def test_show_code_executed_gives_the_panel_config(tmp_path: Path, values: PanelValues) -> None:
     panel = ConfigPanel(function=lambda: None, hardware=CPU2, path=tmp_path / "c.yaml")

@@ -56,6 +56,15 @@ def test_defaults_follow_the_hardware_and_are_valid(tmp_path: Path) -> None:
             "FSDP 2",
         ),
         ({"use_fsdp": True, "num_processes": 1}, "use_fsdp", "2 or more processes"),
+        ({"hosts": "node1, -oProxyCommand=x"}, "hosts", "is not a host ssh can reach"),
+        ({"hosts": "node1, node1"}, "hosts", "twice; name each machine once"),
+        ({"hosts": "node1:0"}, "hosts", "a port is a number from 1 to 65535"),
+        ({"hosts": "node1", "num_machines": 2}, "hosts", "Machines and Machine rank do not apply"),
+        (
+            {"hosts": "node1, node2", "num_processes": 1, "display_ranks": "2"},
+            "display_ranks",
+            "ranks 0..1 exist with 2 process(es)",
+        ),
     ],
 )
 def test_an_invalid_value_shows_its_message_next_to_the_field(
@@ -193,6 +202,42 @@ def test_launch_fields_round_trip_and_are_honoured_where_the_file_is_read(
     assert Accelerator(cpu=True).gradient_accumulation_steps == 4
     assert resolve_launch({"max_restarts": None}, load_config_file(path)).max_restarts == 2
     assert resolve_launch({"max_restarts": 1}, load_config_file(path)).max_restarts == 1
+
+
+def test_hosts_round_trip_and_are_the_launchers_default_where_the_file_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hosts field (and the interpreter and directory there) go through the file the CLI
+    reads; notebook_launcher and nbaccel launch take them when not given."""
+    path = tmp_path / "default_config.yaml"
+    monkeypatch.setenv("NBACCEL_CONFIG_FILE", str(path))
+    panel = ConfigPanel(hardware=CPU2, function=print)
+    panel.controls["hosts"].value = "node1, root@node2:2222"  # as the front end does
+    panel.controls["num_processes"].value = 4  # per host: this machine's 2 cores do not bound it
+    panel.hosts_python = "/opt/venv/bin/python"
+    assert panel.errors == {} and not panel.buttons["Launch"].disabled
+    assert panel.launch_options["hosts"] == ["node1", "root@node2:2222"]
+    assert panel.launch_options["python"] == "/opt/venv/bin/python"
+    assert "cwd" not in panel.launch_options
+    panel.save()
+    text = path.read_text()
+    assert "hosts:\n- node1\n- root@node2:2222\n" in text and "hosts_cwd" not in text
+    other = ConfigPanel(hardware=CPU2)
+    other.load()
+    assert other.values == panel.values and other.hosts == "node1, root@node2:2222"
+    launch = LaunchConfig.build(num_processes=None, hosts=None)  # notebook_launcher's defaults
+    assert launch.hosts is not None and launch.hosts.python == "/opt/venv/bin/python"
+    assert [t.entry for t in launch.hosts.targets] == ["node1", "root@node2:2222"]
+    assert (launch.num_processes, launch.world_size) == (4, 8)
+    resolved = resolve_launch({}, load_config_file(path))
+    assert resolved.config.hosts == ["node1", "root@node2:2222"]
+    assert resolved.processes_per_machine == 4
+    other.hosts = "slurm"
+    assert other.errors == {} and other.config.hosts == "slurm"
+    other.hosts = ""  # this machine again: its 2 cores bound the processes
+    assert "at most 2" in other.errors["num_processes"]
+    other.num_processes = 2
+    assert other.config.hosts is None and "hosts" not in other.launch_options
 
 
 def test_load_of_a_missing_file_shows_a_message(tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ def notebook_launcher(
     on_event: Callable[[Any], None] | None = None,
     dashboard: bool | Any | None = None,
     display_ranks: int | list[int] | str | None = None,
-    hosts: list[str] | None = None,
+    hosts: list[str] | str | bool | None = None,
     python: str | None = None,
     cwd: str | None = None,
     env: dict[str, str] | None = None,
@@ -66,7 +66,8 @@ def notebook_launcher(
     See ``docs/launcher.md`` for every option; new options are keyword-only. Options left
     ``None`` take the config file's value where one is in force (``nbaccel config``, the
     config panel's Save): ``max_restarts`` (else 0) and ``start_method`` (else ``"auto"``)
-    among them.
+    among them, and ``hosts`` (else this machine; ``hosts=False``: this machine whatever the
+    file says) with ``python``, ``cwd`` and ``connect_timeout``.
 
     With ``hosts=["node1", "node2"]`` the ranks run on those machines instead, started over
     ssh from this notebook, ``num_processes`` on each; the list holds every rank's value in
@@ -158,7 +159,9 @@ def debug_launcher(
     unchanged afterwards.
     """
     with set_aside():
-        return notebook_launcher(function, args, num_processes=num_processes, cpu=True)
+        return notebook_launcher(
+            function, args, num_processes=num_processes, cpu=True, hosts=False
+        )  # this machine's CPUs, whatever hosts the config file names
 
 
 # -- helpers ---------------------------------------------------------------------------------
