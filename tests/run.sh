@@ -67,7 +67,7 @@ tier multinode 300 tests/multinode
 # one notebook, many machines: a login node and two compute nodes (network namespaces) running
 # a real sshd and a real SLURM; tests/hosts/install.sh installs the daemons once per machine
 timeout 600 bash tests/hosts/install.sh
-tier hosts 300 tests/hosts -m hosts
+tier hosts 360 tests/hosts -m hosts
 tier browser 240 tests/browser
 # the xla tier: the real torch_xla 2.9 on its CPU device, with torch 2.9, in a venv of its own
 # built once per machine by tests/xla/make_env.sh (outside the repository; reused afterwards)
