@@ -15,6 +15,7 @@ from . import (
     launch_latency,
     pool,
     scaling,
+    where_overhead,
 )
 
 __all__ = ["BENCHMARKS", "Benchmark"]
@@ -54,5 +55,6 @@ BENCHMARKS: dict[str, Benchmark] = {
         _module(scaling),
         _module(fsdp_memory),
         _module(pool),
+        _module(where_overhead),
     )
 }
