@@ -16,6 +16,7 @@ from . import (
     launch_latency,
     pool,
     scaling,
+    where_overhead,
 )
 
 __all__ = ["BENCHMARKS", "Benchmark"]
@@ -56,5 +57,6 @@ BENCHMARKS: dict[str, Benchmark] = {
         _module(fsdp_memory),
         _module(gpt_bf16),
         _module(pool),
+        _module(where_overhead),
     )
 }

@@ -138,6 +138,16 @@ def _pool(data: dict[str, Any]) -> Iterator[Row]:
         )
 
 
+def _where_overhead(data: dict[str, Any]) -> Iterator[Row]:
+    ratio = data["summary"]["ratio_on_to_off"]
+    yield (
+        "DDP throughput with the watch over the ranks on / off (2 CPU ranks)",
+        f"{ratio:.3f}x",
+        ">= 0.98x",
+        ratio >= 0.98,
+    )
+
+
 _READERS: dict[str, Callable[[dict[str, Any]], Iterator[Row]]] = {
     "ddp_throughput": _ddp_throughput,
     "launch_latency": _launch_latency,
@@ -147,6 +157,7 @@ _READERS: dict[str, Callable[[dict[str, Any]], Iterator[Row]]] = {
     "gpt_bf16": _gpt_bf16,
     "checkpoint": _checkpoint,
     "pool": _pool,
+    "where_overhead": _where_overhead,
 }
 
 

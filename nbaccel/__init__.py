@@ -25,6 +25,7 @@ from .kwargs_handlers import InitProcessGroupKwargs
 from .kwargs_handlers import KwargsHandler
 from .launch.parent.dashboards import Dashboard
 from .launch.parent.dashboards import register_dashboard_factory
+from .launch.parent.errors import StallError
 from .launch.parent.errors import WorkerError
 from .launch.parent.notebook import debug_launcher
 from .launch.parent.notebook import notebook_launcher

@@ -48,7 +48,7 @@ DOORS: dict[str, dict[str, str]] = {
             AutocastKwargs DistributedDataParallelKwargs GradScalerKwargs InitProcessGroupKwargs
             KwargsHandler
         """,
-        "nbaccel.launch.parent.errors": "WorkerError",
+        "nbaccel.launch.parent.errors": "StallError WorkerError",
         "nbaccel.launch.parent.notebook": "debug_launcher notebook_launcher",
         "nbaccel.launch.parent.pool": "WorkerPool",
         "nbaccel.logging": "get_logger",

@@ -18,7 +18,7 @@ from ..environment import cuda_device_count
 from ..plugins import TorchDynamoPlugin
 from .files import LoadedConfig, config_in_force
 from .fsdp import FsdpConfig
-from .schema import ConfigFile
+from .schema import DEFAULT_STALL_TIMEOUT, ConfigFile
 from .values import ConfigError, ValueProblem
 
 __all__ = [
@@ -182,9 +182,10 @@ def launcher_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     ``num_processes`` becomes the file's processes per machine; ``use_port`` and
     ``master_addr`` come from ``main_process_port`` / ``main_process_ip`` (a port from the
     file is used as if it had been passed); ``cpu`` and ``debug`` from ``use_cpu`` / ``debug``;
-    ``max_restarts`` and ``start_method`` from the keys of those names; ``fsdp_config`` (the
-    file's, for ``distributed_type: FSDP``) is handed to the workers. With no config file
-    the arguments come back unchanged.
+    ``max_restarts``, ``start_method`` and ``on_stall`` from the keys of those names;
+    ``stall_timeout`` from its key when the argument was left at its default (the file may
+    say ``null``: no watch); ``fsdp_config`` (the file's, for ``distributed_type: FSDP``) is
+    handed to the workers. With no config file the arguments come back unchanged.
     """
     loaded = config_in_force()
     out = dict(kwargs)
@@ -203,10 +204,13 @@ def launcher_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:
         "start_method": cfg.start_method if "start_method" in loaded.keys else None,
         "fsdp_config": cfg.fsdp_config.to_dict() if cfg.distributed_type == "FSDP" else None,
         "display_ranks": cfg.display_ranks if "display_ranks" in loaded.keys else None,
+        "on_stall": cfg.on_stall if "on_stall" in loaded.keys else None,
     }
     for key, value in fill.items():
         if out.get(key) is None and value is not None:
             out[key] = value
+    if out.get("stall_timeout") is DEFAULT_STALL_TIMEOUT and "stall_timeout" in loaded.keys:
+        out["stall_timeout"] = cfg.stall_timeout
     return out
 
 

@@ -22,13 +22,24 @@ from .hosts import (
     hosts_setting,
 )
 from .ranks import DEFAULT_DISPLAY_RANKS, display_ranks_text
-from .values import ValueProblem, as_bool, as_choice, as_int, as_port, as_str
+from .values import (
+    DefaultSeconds,
+    ValueProblem,
+    as_bool,
+    as_choice,
+    as_int,
+    as_port,
+    as_seconds_or_none,
+    as_str,
+)
 
 __all__ = [
+    "DEFAULT_STALL_TIMEOUT",
     "DISTRIBUTED_TYPES",
     "DYNAMO_KEYS",
     "IGNORED_KEYS",
     "NBACCEL_KEYS",
+    "ON_STALL",
     "PRECISIONS",
     "START_METHODS",
     "ConfigFile",
@@ -49,6 +60,11 @@ _UNSUPPORTED_TYPES = (
 )
 RDZV_BACKENDS = ("static", "c10d")
 START_METHODS = ("auto", "fork", "spawn")
+ON_STALL = ("warn", "raise")
+# Seconds a rank may wait in one collective before the launcher reports a stall: far above a
+# healthy step's longest wait (a peer's slow first batch, a checkpoint written by one rank
+# while the others wait at the barrier after it), far below a backend's own timeout (30 min).
+DEFAULT_STALL_TIMEOUT = DefaultSeconds(300.0)
 # nbaccel's own keys (Accelerate's files have none of them): written only when not default,
 # so that a file nbaccel writes with its defaults stays one Accelerate reads too.
 NBACCEL_KEYS = {
@@ -60,6 +76,8 @@ NBACCEL_KEYS = {
     "start_method": "auto",
     "max_restarts": 0,
     "display_ranks": DEFAULT_DISPLAY_RANKS,
+    "stall_timeout": float(DEFAULT_STALL_TIMEOUT),
+    "on_stall": "warn",
 }
 # Keys of Accelerate's files that nbaccel accepts and does not act on.
 IGNORED_KEYS = (
@@ -272,6 +290,18 @@ class ConfigFile:
         DEFAULT_DISPLAY_RANKS,
         display_ranks_text,
         "ranks whose rich output (display(), notebook bars) notebook_launcher shows: 0,1 or all",
+    )
+
+    stall_timeout: float | None = _f(
+        float(DEFAULT_STALL_TIMEOUT),
+        as_seconds_or_none,
+        "seconds a rank may wait in one collective before the launcher reports a stall "
+        "(null: no watch)",
+    )
+    on_stall: str = _f(
+        "warn",
+        lambda v: as_choice(str(v), ON_STALL),
+        "what a stall does: warn (the table in the cell, the run goes on) or raise",
     )
 
     def __post_init__(self) -> None:

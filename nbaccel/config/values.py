@@ -10,11 +10,13 @@ from ..validation import is_int
 
 __all__ = [
     "ConfigError",
+    "DefaultSeconds",
     "ValueProblem",
     "as_bool",
     "as_choice",
     "as_int",
     "as_port",
+    "as_seconds_or_none",
     "as_str",
     "suggest",
 ]
@@ -25,6 +27,15 @@ _FALSE = ("false", "no", "0", "off", "n")
 
 class ConfigError(ValueError):
     """A config file (or a setting for one) is wrong: names the key, the file and the fix."""
+
+
+class DefaultSeconds(float):
+    """A default number of seconds that a launcher argument starts with, told apart (with
+    ``is``) from the same number passed on purpose: the config file's value replaces only the
+    default, as it replaces a ``None`` elsewhere."""
+
+    def __repr__(self) -> str:
+        return float.__repr__(self)
 
 
 class ValueProblem(ValueError):
@@ -96,6 +107,20 @@ def as_int(value: Any, minimum: int | None = None, maximum: int | None = None) -
 def as_port(value: Any) -> int:
     """A TCP port, 1-65535."""
     return as_int(value, 1, 65535)
+
+
+def as_seconds_or_none(value: Any) -> float | None:
+    """A positive number of seconds, or None (``null``, ``none`` or ``off`` in a file)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "off")):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise ValueProblem(f"has the value {value!r}, which is not a number") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueProblem(f"has the value {value!r}; use a positive number of seconds or null")
+    return float(value)
 
 
 def as_str(value: Any) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..config.ranks import parse_display_ranks
 from ..config.resolve import launcher_defaults
+from ..config.schema import DEFAULT_STALL_TIMEOUT, ON_STALL
 from ..config.values import ValueProblem
 from ..enums import PRECISIONS
 from ..environment import (
@@ -23,7 +24,7 @@ from ..validation import is_int, is_number
 from .hostargs import HostsSettings, check_hosts_settings
 from .prefix import validate_prefix_template
 
-__all__ = ["DEFAULT_MULTI_NODE_PORT", "LaunchConfig", "positive_seconds"]
+__all__ = ["DEFAULT_MULTI_NODE_PORT", "DEFAULT_STALL_TIMEOUT", "LaunchConfig", "positive_seconds"]
 
 # The port machines agree on when a multi-node launch names none (torchrun's and Accelerate's).
 DEFAULT_MULTI_NODE_PORT = 29500
@@ -127,6 +128,8 @@ class LaunchConfig:
     fsdp_config: dict[str, Any] | None = None
     display_ranks: tuple[int, ...] | None = (0,)  # None: every rank
     hosts: HostsSettings | None = None  # hosts=[...]: machines this notebook starts over SSH
+    stall_timeout: float | None = float(DEFAULT_STALL_TIMEOUT)  # None: no watch over the ranks
+    on_stall: str = "warn"
 
     @property
     def cpu(self) -> bool:
@@ -221,6 +224,10 @@ class LaunchConfig:
             "monitor_interval", raw.get("monitor_interval", 0.1)
         )
         out["timeout"] = positive_seconds("timeout", raw.get("timeout"), allow_none=True)
+        out["stall_timeout"] = positive_seconds(
+            "stall_timeout", raw.get("stall_timeout", DEFAULT_STALL_TIMEOUT), allow_none=True
+        )
+        out["on_stall"] = _choice("on_stall", raw.get("on_stall") or "warn", ON_STALL)
         out["rendezvous_timeout"] = positive_seconds(
             "rendezvous_timeout", raw.get("rendezvous_timeout", 300.0)
         )

@@ -7,10 +7,12 @@ Worker -> parent, on the worker's message pipe (one ``Connection`` message each)
 - :class:`Reply`: the answer to one task: a launch's function is task 0, a pool's tasks are
   numbered by the pool;
 - :class:`Crash`: the worker machinery itself failed; the process is about to end;
-- :class:`Location`: where the worker's main thread is (the answer to :class:`AskWhere`).
+- :class:`Location`: where the worker's main thread is and the collective it is in (the
+  answer to :class:`AskWhere`).
 
-Parent -> worker, on a pool worker's task pipe: :class:`Task` (a task, pickled by
-``tasks.encode_task``), :class:`AskWhere` and :class:`Stop`.
+Parent -> worker, on the worker's task pipe: :class:`Task` (a pool's task, pickled by
+``tasks.encode_task``), :class:`AskWhere` and :class:`Stop`. A launched worker has the pipe
+too; it reads only :class:`AskWhere` there.
 
 A transport other than a local pipe (a remote host's agent relaying a worker's messages over
 its own connection) carries the same bytes: :func:`encode` on one side, :func:`decode` on
@@ -25,6 +27,7 @@ from typing import Any, TypeAlias
 
 import cloudpickle
 
+from .location import RankWhere
 from .remote import RemoteException
 
 __all__ = [
@@ -90,10 +93,12 @@ class Crash:
 
 @dataclass(frozen=True)
 class Location:
-    """Where the rank's main thread is now (a formatted stack)."""
+    """Where the rank's main thread is now: the answer to the :class:`AskWhere` numbered
+    ``request``."""
 
     rank: int
-    stack: str
+    where: RankWhere
+    request: int = 0
 
 
 WorkerMessage: TypeAlias = Ready | Notice | Reply | Crash | Location
@@ -111,7 +116,12 @@ class Task:
 
 @dataclass(frozen=True)
 class AskWhere:
-    """Ask the rank where its main thread is (answered by its reader thread at once)."""
+    """Ask the rank where its main thread is (answered by its reader thread at once, even
+    while the main thread is inside C code). ``request`` comes back in the :class:`Location`;
+    ``detail`` asks for the whole stack too (the periodic checks leave it out)."""
+
+    request: int = 0
+    detail: bool = False
 
 
 @dataclass(frozen=True)

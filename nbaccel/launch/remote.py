@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import cloudpickle
 
+from .location import CollectiveCall
 from .wire import dumps_for_parent
 
 __all__ = ["RemoteException", "capture_exception"]
@@ -30,6 +31,7 @@ class RemoteException:
     traceback: str
     pickled: bytes | None
     when: float
+    collective: CollectiveCall | None = None  # the collective that raised it, if one did
 
     def rebuild(self) -> Exception | None:
         """The original exception, or None when it cannot be re-created here.
@@ -64,4 +66,17 @@ def capture_exception(exc: BaseException, when: float) -> RemoteException:
     except Exception:
         pickled = None
     text = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
-    return RemoteException(name, str(exc), text, pickled, when)
+    return RemoteException(name, str(exc), text, pickled, when, _collective_of(exc))
+
+
+def _collective_of(exc: BaseException) -> CollectiveCall | None:
+    """The collective a worker noted on ``exc`` or on an exception it came from."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        call = getattr(current, "_nbaccel_collective", None)
+        if isinstance(call, CollectiveCall):
+            return call
+        current = current.__cause__ or current.__context__
+    return None

@@ -12,6 +12,8 @@ from typing import Any
 
 import cloudpickle
 
+from .wire import dumps_for_worker
+
 __all__ = ["WorkerMode", "WorkerSpec"]
 
 
@@ -50,7 +52,8 @@ class WorkerSpec:
             fork inherits it, spawn ships it by value with cloudpickle).
         args: positional arguments for ``function``.
         kwargs: keyword arguments for ``function``.
-        task_fd: a pool worker's read end of its task pipe from the launcher.
+        task_fd: the read end of the worker's task pipe from the launcher: a pool's tasks,
+            and every worker's "where are you?" (-1: none, a rank another host started).
     """
 
     rank: int
@@ -74,7 +77,7 @@ class WorkerSpec:
     def dumps(self) -> bytes:
         """Serialise for a spawned worker (functions defined in the notebook go by value)."""
         try:
-            inner = cloudpickle.dumps(self)
+            inner = dumps_for_worker(self)
         except Exception as exc:
             raise TypeError(
                 "start_method='spawn' must send the function and its arguments to new "

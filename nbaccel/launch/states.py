@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["Fate", "PoolState", "RankState", "TaskState"]
+__all__ = ["Fate", "PoolState", "RankState", "TaskState", "WorkerPhase"]
 
 
 class _Named(str, Enum):
@@ -42,6 +42,7 @@ class Fate(_Named):
     SIGNALLED = "signalled"  # killed by a signal the launcher did not send
     STOPPED = "stopped"  # stopped by the launcher after another rank failed
     TIMED_OUT = "timed out"
+    STALLED = "stalled"  # stopped by the launcher: a collective stalled (on_stall="raise")
 
 
 class TaskState(_Named):
@@ -64,3 +65,12 @@ class PoolState(_Named):
     BROKEN = "broken"
     RESTARTING = "restarting"
     CLOSED = "closed"
+
+
+class WorkerPhase(_Named):
+    """What a rank's main thread is doing when it says where it is (``location.RankWhere``)."""
+
+    RUNNING = "running"  # the launched function or a pool task runs
+    IDLE = "idle"  # a pool rank between tasks
+    RETURNED = "returned"  # the launched function returned; the rank waits for the others
+    FAILED = "failed"  # the launched function raised; the rank is about to end

@@ -9,9 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import cloudpickle
-
 from .protocol import Task, encode_for_worker
+from .wire import dumps_for_worker
 
 __all__ = [
     "CallTask",
@@ -66,7 +65,7 @@ class PullTask:
 def encode_task(task: CallTask | CellTask | PushTask | PullTask) -> bytes:
     """One task as it travels down a pool worker's task pipe (functions by value)."""
     try:
-        payload = cloudpickle.dumps(task)
+        payload = dumps_for_worker(task)
     except Exception as exc:
         raise TypeError(
             "the pool must send the function and its arguments (or the pushed values) to its "

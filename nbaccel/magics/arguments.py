@@ -8,11 +8,15 @@ from typing import Any, NoReturn
 
 from IPython.core.error import UsageError
 
+from ..config.schema import DEFAULT_STALL_TIMEOUT
+
 __all__ = ["LINE_USAGE", "parse_cell_line", "parse_line", "parse_ranks"]
 
 LINE_USAGE = """\
 %nbaccel start -n N [--mixed_precision no|fp16|bf16|fp8] [--start_method auto|fork|spawn] [--cpu]
+               [--timeout S] [--stall_timeout S|none] [--on_stall warn|raise]
 %nbaccel status      the pool's ranks: pid, state, current cell, memory, device
+%nbaccel where       every rank's line and the collective it waits in (pool or launch)
 %nbaccel restart     a fresh process group (every rank's namespace is emptied)
 %nbaccel stop        shut the pool down
 %nbaccel auto on|off every following cell runs on the pool (line magics still run here)
@@ -38,11 +42,20 @@ def _line_parser() -> _Parser:
     start.add_argument("--start_method", default="auto")
     start.add_argument("--cpu", action="store_true", default=None)
     start.add_argument("--timeout", type=float, default=None)
-    for name in ("status", "restart", "stop"):
+    start.add_argument("--stall_timeout", type=_seconds_or_none, default=DEFAULT_STALL_TIMEOUT)
+    start.add_argument("--on_stall", default=None)
+    for name in ("status", "where", "restart", "stop"):
         commands.add_parser(name, prog=f"%nbaccel {name}", add_help=False)
     auto = commands.add_parser("auto", prog="%nbaccel auto", add_help=False)
     auto.add_argument("switch", nargs="?", choices=["on", "off"], default=None)
     return parser
+
+
+def _seconds_or_none(text: str) -> float | None:
+    """``--stall_timeout 60`` or ``--stall_timeout none`` (no watch)."""
+    if text.strip().lower() in ("none", "off"):
+        return None
+    return float(text)
 
 
 def _split(line: str, prog: str) -> list[str]:

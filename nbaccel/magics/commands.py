@@ -61,6 +61,8 @@ class PoolMagics(Magics):
                 start_method=options.start_method,
                 cpu=options.cpu,
                 timeout=options.timeout,
+                stall_timeout=options.stall_timeout,
+                on_stall=options.on_stall,
             )
         except (ValueError, TypeError) as err:  # a bad value: say it as a usage error
             raise UsageError(f"%nbaccel start: {err}\nusage:\n{LINE_USAGE}") from None
@@ -69,6 +71,21 @@ class PoolMagics(Magics):
 
     def _status(self, options: argparse.Namespace) -> Any:
         return StatusTable(self._require("status").status())
+
+    def _where(self, options: argparse.Namespace) -> Any:
+        """Where every rank of the running pool call or launch is, else of the idle pool."""
+        # the watch lives with the launcher; read only when asked
+        from ..launch.parent.watch import running_watches
+
+        running = running_watches()
+        if running:
+            return running[-1].where()
+        if self.pool is None:
+            raise UsageError(
+                "%nbaccel where: nothing runs in this kernel: no pool (%nbaccel start -n 2) "
+                "and no notebook_launcher call."
+            )
+        return self.pool.where()
 
     def _restart(self, options: argparse.Namespace) -> None:
         self._require("restart").restart()
@@ -123,9 +140,21 @@ class PoolMagics(Magics):
                 f"%%nbaccel --ranks {','.join(map(str, ranks))}: the pool has ranks "
                 f"0 to {size - 1}."
             )
-        values = pool.execute(cell, ranks=ranks)
+        count = _cell_number(self.shell)
+        label = f"In [{count}]" if count is not None else None  # where tables name the cell
+        values = pool.execute(cell, ranks=ranks, label=label)
         chosen = list(range(len(values))) if ranks is None else ranks
         return cell_value(chosen, values)
+
+
+def _cell_number(shell: Any) -> int | None:
+    """The number of the running cell, ``In [N]``: IPython stores a cell's input before it
+    runs it (its ``execution_count`` is already the next one's in IPython 9, not in 8)."""
+    inputs = getattr(getattr(shell, "history_manager", None), "input_hist_parsed", None)
+    if inputs:
+        return len(inputs) - 1
+    count = getattr(shell, "execution_count", None)
+    return count if isinstance(count, int) else None
 
 
 def _world_size(pool: Any) -> int | None:

@@ -46,6 +46,7 @@ def test_new_benchmarks_run_end_to_end_with_nbaccels_own_subjects() -> None:
             "gpt_bf16",
             "fsdp_memory",
             "pool",
+            "where_overhead",
             "--quick",
             "--no-peers",
         ],
@@ -73,6 +74,8 @@ def test_new_benchmarks_run_end_to_end_with_nbaccels_own_subjects() -> None:
     # the pool: started in a kernel, warm cells by the client and the call inside the kernel
     assert "### Time to a ready pool" in out and "| nbaccel %%nbaccel cell |" in out
     assert out.count("| nbaccel pool.run(lambda: 1) |") == 2
+    # the watch over the ranks, on and off: both trained alike (checked inside)
+    assert "watch on / off = " in out
     assert _written_files() == before, "--quick / --no-peers must write nothing"
 
 

@@ -69,7 +69,8 @@ def test_ranks_stuck_after_a_peer_failed_are_named_and_the_group_restarts(
     assert time.monotonic() - start < 60
     note = str(info.value.__cause__)  # shown in every traceback display
     assert "rank(s) [0] did not finish In [5] within grace_period=1.5s" in note
-    assert "rank 0: <nbaccel cell In [5]>, line 5" in note and "dist.all_reduce(t)" in note
+    assert "rank 0: In [5], line 5, in <module>: dist.all_reduce(t)" in note
+    assert "Where every rank was:" in note and "all_reduce #1 float32[1]" in note
     assert "namespace was lost" in note
     assert isinstance(info.value.__cause__, WorkerError) and info.value.__cause__.rank == 1
     new = [row["pid"] for row in pool.status()]
@@ -129,7 +130,7 @@ def test_a_rank_that_ignores_the_interrupt_is_handled_as_stuck(pool: WorkerPool)
         )
     text = str(info.value)
     assert "rank(s) [1] did not finish In [7]" in text and "after the interrupt" in text
-    assert "<nbaccel cell In [7]>, line 5" in text and "namespace was lost" in text
+    assert "rank 1: In [7], line 5, in <module>" in text and "namespace was lost" in text
     assert pool.run(lambda: "up") == ["up", "up"]
 
 

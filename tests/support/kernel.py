@@ -185,16 +185,42 @@ class Kernel:
         assert process is not None, "the kernel is not running"
         return int(process.pid)
 
-    def submit(self, code: str, stop_on_error: bool = True) -> Cell:
+    def submit(self, code: str, stop_on_error: bool = True, subshell: str | None = None) -> Cell:
         """Send a cell for execution and return at once (collect it with :meth:`collect`).
 
         ``stop_on_error`` (the protocol's flag, True as a front end sends it): when the cell
-        fails, the kernel aborts the requests queued behind it."""
-        msg_id = self.client.execute(
-            textwrap.dedent(code), store_history=True, stop_on_error=stop_on_error
-        )
+        fails, the kernel aborts the requests queued behind it. ``subshell``: run it in that
+        subshell of the kernel (:meth:`subshell`), beside a cell the main shell runs."""
+        if subshell is None:
+            msg_id = self.client.execute(
+                textwrap.dedent(code), store_history=True, stop_on_error=stop_on_error
+            )
+        else:
+            content = {
+                "code": textwrap.dedent(code),
+                "silent": False,
+                "store_history": False,
+                "user_expressions": {},
+                "allow_stdin": False,
+                "stop_on_error": stop_on_error,
+            }
+            message = self.client.session.msg("execute_request", content)
+            message["header"]["subshell_id"] = subshell
+            self.client.shell_channel.send(message)
+            msg_id = message["header"]["msg_id"]
         cell = self._cells[msg_id] = Cell(msg_id=msg_id, started=time.monotonic())
         return cell
+
+    def subshell(self) -> str | None:
+        """A new subshell of the kernel (ipykernel 7 and later run a subshell's cells on a
+        thread of their own, while the main shell is busy); None where the kernel has none."""
+        self.client.kernel_info()
+        info = self.client.get_shell_msg(timeout=30)["content"]
+        if "kernel subshells" not in info.get("supported_features", []):
+            return None
+        self.client.control_channel.send(self.client.session.msg("create_subshell_request", {}))
+        reply = self.client.get_control_msg(timeout=30)["content"]
+        return str(reply["subshell_id"]) if reply.get("status") == "ok" else None
 
     def collect(
         self,

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from nbaccel.launch.events import PoolStateEvent, RankStateEvent
+from nbaccel.launch.location import CollectiveCall, RankWhere, SourceLine
 from nbaccel.launch.parent.dashboards import Board, open_dashboard
 from nbaccel.launch.protocol import (
     AskWhere,
@@ -29,7 +30,7 @@ from nbaccel.launch.protocol import (
     encode_for_worker,
 )
 from nbaccel.launch.remote import capture_exception
-from nbaccel.launch.states import Fate, PoolState, RankState
+from nbaccel.launch.states import Fate, PoolState, RankState, WorkerPhase
 
 
 def _error() -> Any:
@@ -47,7 +48,19 @@ def _error() -> Any:
         Reply(0, TaskReply(0, pickle.dumps([1, 2]))),
         Reply(1, TaskReply(3, error=_error())),
         Crash(1, _error()),
-        Location(0, "cell.py, line 3, in f: x()\n..."),
+        Location(
+            0,
+            RankWhere(
+                0,
+                "node1",
+                123,
+                WorkerPhase.RUNNING,
+                "In [3]",
+                SourceLine("<nbaccel cell In [3]>", 3, "<module>", "x()"),
+                CollectiveCall("all_reduce", 7, "world", (0, 1), None, "", ((4,),), ("float32",)),
+            ),
+            request=5,
+        ),
     ],
 )
 def test_worker_messages_travel_whole(message: Any) -> None:
@@ -56,7 +69,9 @@ def test_worker_messages_travel_whole(message: Any) -> None:
     assert back == message
 
 
-@pytest.mark.parametrize("message", [Task(4, "In [2]", b"payload"), AskWhere(), Stop()])
+@pytest.mark.parametrize(
+    "message", [Task(4, "In [2]", b"payload"), AskWhere(), AskWhere(3, detail=True), Stop()]
+)
 def test_parent_messages_travel_whole(message: Any) -> None:
     assert decode_for_worker(encode_for_worker(message)) == message
 

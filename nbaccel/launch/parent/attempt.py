@@ -28,6 +28,9 @@ from .errors import (
 )
 from .launchgroup import GroupOutcome, LaunchGroup
 from .localranks import LocalRanks, worker_env
+from .poolerrors import add_note
+from .taskpipes import TaskPipes
+from .watch import stall_error, where_note
 
 __all__ = ["LaunchPlan", "banner"]
 
@@ -95,12 +98,14 @@ class LaunchPlan:
         stop = threading.Event()
         watch = _watch(meeting, attempt, stop) if meeting is not None else None
         local = LocalRanks.prepare(config, self.method, self.on_event, self.line_sink)
+        pipes = TaskPipes(local.ranks.values())  # where each rank is: asked there
         try:
             specs = []
             for lr, rank in local.ranks.items():
                 env = worker_env(config, rank, lr, port, attempt, self.method, meeting)
                 spec = local.spec(lr, env, WorkerMode.LAUNCH)
                 spec.function, spec.args, spec.kwargs = self.function, self.args, self.kwargs
+                pipes.attach(spec)
                 specs.append(spec)
             group = LaunchGroup(
                 specs,
@@ -111,8 +116,12 @@ class LaunchPlan:
                 stop_requested=stop,
                 on_started=self.on_started,
                 on_wait=lambda: self._on_wait(stop, watch),
+                pipes=pipes,
+                stall_timeout=config.stall_timeout,
+                on_stall=config.on_stall,
             )
             local.start(group.supervisor)
+            pipes.close_child_ends()
             if watch is not None:
                 watch.start()
             try:
@@ -124,6 +133,7 @@ class LaunchPlan:
                     raise problem from None
                 raise
         finally:
+            pipes.close()
             local.close()
             if watch is not None:
                 watch.close()
@@ -148,6 +158,8 @@ class LaunchPlan:
         first: int,
         watch: NodeWatch | None = None,
     ) -> list[Any]:
+        if outcome.stalled is not None:
+            raise stall_error(outcome.stalled, "Every rank was stopped (on_stall='raise').")
         if outcome.timed_out:
             late = [f.rank for f in outcome.fates if f.state == "timed out"]
             raise LaunchTimeoutError(
@@ -156,7 +168,12 @@ class LaunchPlan:
                 "timeout",
                 f"rank(s) {late} were still running after timeout={self.config.timeout}s and "
                 "were stopped. Raise timeout=, or look for a rank waiting in a collective that "
-                "another rank never reached.",
+                "another rank never reached."
+                + (
+                    f"\n\n{where_note(outcome.where, 'then', outcome.findings)}"
+                    if outcome.where or outcome.findings
+                    else ""
+                ),
                 "",
                 outcome.fates,
             )
@@ -164,7 +181,11 @@ class LaunchPlan:
         if cause is not None:
             if watch is not None:
                 _blame_machine(watch, cause)
-            raise build_error(cause, outcome.fates)
+            error = build_error(cause, outcome.fates)
+            if outcome.where is not None or outcome.findings:
+                when = f"when {cause.where} failed"
+                add_note(error, where_note(outcome.where, when, outcome.findings))
+            raise error
         missing = [s.rank for s in specs if s.rank not in outcome.results]
         if missing:
             table = format_fates(outcome.fates)

@@ -13,6 +13,7 @@ __all__ = [
     "LaunchStopped",
     "LaunchTimeoutError",
     "RankFate",
+    "StallError",
     "WorkerError",
     "build_error",
     "format_fates",
@@ -161,6 +162,27 @@ class LaunchStopped(KeyboardInterrupt):
         self, message: str = "the launch was stopped on request; every rank was stopped"
     ) -> None:
         super().__init__(message)
+
+
+class StallError(TimeoutError):
+    """Ranks waited in a collective that could not complete (``on_stall="raise"``): a stall
+    past ``stall_timeout``, or a divergence (ranks in different collectives).
+
+    Every rank of the launch was stopped first (a pool restarts its group). The message says
+    which ranks were not in the collective, on which line, and shows the where table.
+
+    Attributes:
+        kind: ``"stall"`` or ``"divergence"``.
+        where: the where table: one dict per rank (``WorkerPool.where()``'s rows).
+    """
+
+    def __init__(self, message: str, kind: str = "stall", where: list[Any] | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.where = list(where or [])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.args[0] if self.args else "", self.kind, self.where))
 
 
 def build_error(cause: RankFate, fates: list[RankFate]) -> BaseException:

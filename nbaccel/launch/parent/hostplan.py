@@ -20,7 +20,6 @@ import threading
 import time
 from typing import Any
 
-import cloudpickle
 import torch
 
 from ...environment import user_thread_count
@@ -30,6 +29,7 @@ from ..nodes.peers import MachineLostError
 from ..prefix import format_prefix
 from ..slurmhosts import srun_argv
 from ..spec import WorkerMode, WorkerSpec
+from ..wire import dumps_for_worker
 from .attempt import LaunchPlan
 from .hostlinks import AgentLink, HostError, RemoteLink, ssh_argv
 from .hostwire import Hello, Job
@@ -151,7 +151,7 @@ class HostsPlan(LaunchPlan):
                             hosts.cwd or os.getcwd(),
                             list(sys.path),
                             config.node_timeout,
-                            cloudpickle.dumps(mine),
+                            dumps_for_worker(mine),
                         )
                     )
                 link = agent.links[spec.rank]

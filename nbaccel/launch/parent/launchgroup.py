@@ -2,8 +2,11 @@
 
 When a rank fails, the others get SIGTERM and, after a short grace period, SIGKILL; a
 ``timeout`` stops ranks still running; ``stop_requested`` (the dashboard's Stop) stops every
-rank as an interrupt does. Nothing outlives :meth:`LaunchGroup.run`: every process is reaped and
-every descriptor closed, also on ``KeyboardInterrupt``.
+rank as an interrupt does; a stalled or diverged collective is reported (``watch.WhereWatch``)
+and, with ``on_stall="raise"``, stops every rank. Before ranks are stopped while others still
+run, the group asks each where it is: the error shows that table. Nothing outlives
+:meth:`LaunchGroup.run`: every process is reaped and every descriptor closed, also on
+``KeyboardInterrupt``.
 """
 
 from __future__ import annotations
@@ -15,14 +18,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..events import RankStateEvent
-from ..protocol import Crash, Notice, Reply, WorkerMessage
+from ..location import CollectiveCall
+from ..protocol import Crash, Location, Notice, Reply, WorkerMessage
 from ..spec import WorkerSpec
 from ..states import Fate, RankState
 from .dashboards import StopFlag
 from .errors import LaunchStopped, RankFate
+from .stalls import Finding
 from .supervisor import Starter, Supervisor, WorkerLink
+from .taskpipes import TaskPipes
+from .watch import WhereWatch
+from .wheretable import WhereTable
 
-__all__ = ["GroupOutcome", "LaunchGroup"]
+__all__ = ["GroupOutcome", "LaunchGroup", "raised_in"]
+
+
+def raised_in(fates: list[RankFate]) -> dict[int, CollectiveCall]:
+    """The collective each failed rank's exception was raised in, where it was one."""
+    return {
+        f.rank: f.error.collective
+        for f in fates
+        if f.error is not None and f.error.collective is not None
+    }
 
 
 @dataclass
@@ -32,6 +49,9 @@ class GroupOutcome:
     fates: list[RankFate]
     results: dict[int, bytes] = field(default_factory=dict)
     timed_out: bool = False
+    stalled: tuple[Finding, WhereTable] | None = None  # on_stall="raise" stopped the ranks
+    where: WhereTable | None = None  # where the ranks were when the launcher stopped them
+    findings: list[Finding] = field(default_factory=list)  # what that table shows went wrong
 
 
 class LaunchGroup:
@@ -52,6 +72,10 @@ class LaunchGroup:
             ``monitor_interval`` seconds), e.g. to let a busy Jupyter kernel handle the
             dashboard's Stop click; it may set ``stop_requested``.
         starter: how each worker starts (see :class:`Supervisor`); default a local child.
+        pipes: the task pipes of local workers (None: the ranks cannot be asked where they
+            are, e.g. another host's).
+        stall_timeout: seconds in one collective that count as a stall (None: no watch).
+        on_stall: ``"warn"`` or ``"raise"``.
     """
 
     def __init__(
@@ -66,9 +90,16 @@ class LaunchGroup:
         on_started: Callable[[dict[int, int]], None] | None = None,
         on_wait: Callable[[], None] | None = None,
         starter: Starter | None = None,
+        pipes: TaskPipes | None = None,
+        stall_timeout: float | None = None,
+        on_stall: str = "warn",
     ) -> None:
         self.supervisor = Supervisor(
-            specs, self._on_message, on_started=on_started, starter=starter
+            specs,
+            self._on_message,
+            keep_out=pipes.write_fds if pipes is not None else (),
+            on_started=on_started,
+            starter=starter,
         )
         self.specs = specs
         self.on_wait = on_wait
@@ -82,17 +113,33 @@ class LaunchGroup:
         self.results: dict[int, bytes] = {}
         self._stop_at: float | None = None
         self._killed = False  # the launcher has sent SIGKILL
+        self.where: WhereTable | None = None
+        self._explain = False  # say what went wrong, once every rank's error is in
+        self.watch = WhereWatch(
+            [s.rank for s in specs],
+            pipes.send_quietly if pipes is not None else None,
+            self._live,
+            self._states,
+            self.supervisor.pump,
+            stall_timeout,
+            on_stall,
+        )
 
     def run(self) -> GroupOutcome:
         """Supervise until every worker has exited; always reaps and closes everything."""
         try:
-            timed_out = self._supervise()
+            with self.watch:
+                timed_out = self._supervise()
         except BaseException:
             self.supervisor.kill_all(grace=min(self.grace, 2.0))
             raise
         finally:
             self.supervisor.release()
-        return GroupOutcome([self.fates[s.rank] for s in self.specs], dict(self.results), timed_out)
+        fates = [self.fates[s.rank] for s in self.specs]
+        findings = self.watch.explain(raised_in(fates)) if self._explain else []
+        return GroupOutcome(
+            fates, dict(self.results), timed_out, self.watch.raised, self.where, findings
+        )
 
     # -- the loop ----------------------------------------------------------------------------
     def _supervise(self) -> bool:
@@ -105,26 +152,47 @@ class LaunchGroup:
             if self.stop_requested is not None and self.stop_requested.is_set():
                 raise LaunchStopped()  # run() stops every worker, as for an interrupt
             supervisor.pump(self.monitor_interval)
-            for handle in supervisor.handles:
-                if handle.poll() is not None and not handle.conn_open:
-                    self._settle(handle)
+            self._settle_finished()
+            if self._stop_at is None:
+                self.watch.tick()
             now = time.monotonic()
             if self._stop_at is None and any(f.failed for f in self.fates.values()):
-                self._begin_stop(now)
+                self._begin_stop(now, ask_where=True)
+                self._settle_finished()  # asking read the pipes: exits may have come in
             if self.timeout is not None and self._stop_at is None and now - started > self.timeout:
                 timed_out = True
-                for fate in self.fates.values():
-                    if fate.state == Fate.RUNNING:
-                        fate.state, fate.when = Fate.TIMED_OUT, time.time()
+                self._begin_stop(now, ask_where=True)
+                self._settle_finished()
+                self._mark_running(Fate.TIMED_OUT)
+            if self._stop_at is None and self.watch.raised is not None:
+                self._mark_running(Fate.STALLED)
                 self._begin_stop(now)
             if self._stop_at is not None and now - self._stop_at > self.grace:
                 self._killed = True
                 supervisor.signal(signal.SIGKILL)
         return timed_out
 
+    def _settle_finished(self) -> None:
+        for handle in self.supervisor.handles:
+            if handle.poll() is not None and not handle.conn_open:
+                self._settle(handle)
+
+    def _live(self) -> list[int]:
+        return [h.spec.rank for h in self.supervisor.handles if h.exit_code is None]
+
+    def _states(self) -> dict[int, str]:
+        return {h.spec.rank: "exited" for h in self.supervisor.handles if h.exit_code is not None}
+
+    def _mark_running(self, state: Fate) -> None:
+        for fate in self.fates.values():
+            if fate.state == Fate.RUNNING:
+                fate.state, fate.when = state, time.time()
+
     def _on_message(self, message: WorkerMessage) -> None:
         fate = self.fates[message.rank]
-        if isinstance(message, Notice):
+        if isinstance(message, Location):
+            self.watch.on_location(message)
+        elif isinstance(message, Notice):
             if self.on_event is not None:
                 self.on_event(message.event)
         elif isinstance(message, Reply) and message.reply.error is None:
@@ -145,7 +213,7 @@ class LaunchGroup:
     def _settle(self, handle: WorkerLink) -> None:
         fate = self.fates[handle.spec.rank]
         fate.exit_code = handle.exit_code
-        if fate.state not in (Fate.RUNNING, Fate.TIMED_OUT):
+        if fate.state not in (Fate.RUNNING, Fate.TIMED_OUT, Fate.STALLED):
             return
         code = handle.exit_code or 0
         if self._stopped_by_us(code):
@@ -163,6 +231,13 @@ class LaunchGroup:
             return False
         return code == -int(signal.SIGTERM) or (code == -int(signal.SIGKILL) and self._killed)
 
-    def _begin_stop(self, now: float) -> None:
+    def _begin_stop(self, now: float, ask_where: bool = False) -> None:
+        """Stop every rank; ``ask_where``: first ask the ranks still running where they are,
+        and say what their answers (and the failed ranks' errors) show went wrong."""
+        if ask_where and self.watch.send is not None:
+            self._explain = True
+            if any(self.fates[r].state == Fate.RUNNING for r in self._live()):
+                self.where = self.watch.where(timeout=2.0)
+            now = time.monotonic()
         self._stop_at = now
         self.supervisor.signal(signal.SIGTERM)

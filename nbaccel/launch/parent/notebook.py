@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from ...environment import precision_warned_variables
 from ...state.registry import STATE, reset_registry, set_aside
-from ..config import LaunchConfig
+from ..config import DEFAULT_STALL_TIMEOUT, LaunchConfig
 from ..events import RankStateEvent, emit
 from ..guard import choose_start_method, install_cuda_init_tracer
 from ..nodes.peers import MachineLostError, RemoteRankError
@@ -59,6 +59,8 @@ def notebook_launcher(
     cwd: str | None = None,
     env: dict[str, str] | None = None,
     connect_timeout: float | None = None,
+    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
+    on_stall: str | None = None,
 ) -> list[Any]:
     """Run ``function(*args)`` on ``num_processes`` processes of this machine and return
     the list of their return values, indexed by local process index.
@@ -73,6 +75,14 @@ def notebook_launcher(
     ssh from this notebook, ``num_processes`` on each; the list holds every rank's value in
     global rank order (docs/launcher.md, "Several machines from one notebook (SSH)").
 
+    About once a second the launcher asks every rank where it is (answered by a thread of the
+    rank, so also while it waits inside a collective): ranks in different collectives are
+    named at once, and a rank that has waited ``stall_timeout`` seconds in one collective is
+    reported with the ranks that never joined it and their lines. ``on_stall="warn"`` (the
+    default, or the config file's) shows that and the where table in the cell and lets the run
+    go on; ``"raise"`` stops every rank and raises :class:`StallError`. ``stall_timeout=None``
+    turns the watch off (docs/troubleshooting.md, "My cell hangs").
+
     Raises:
         ValueError / TypeError: a bad argument (nothing was started).
         HostError: a host of ``hosts=`` is unreachable or runs other versions (nothing was
@@ -81,6 +91,8 @@ def notebook_launcher(
         CudaInitializedError: fork was asked for after CUDA was initialised in this process.
         WorkerError: a rank failed (the original exception is raised where it can be rebuilt,
             with the WorkerError as its cause).
+        StallError: (a ``TimeoutError``) with ``on_stall="raise"``, a collective stalled or
+            diverged; every worker was stopped first.
         KeyboardInterrupt: the kernel was interrupted; every worker was stopped first.
         LaunchStopped: (a ``KeyboardInterrupt``) the dashboard's Stop button was pressed;
             every worker was stopped first.
@@ -119,6 +131,8 @@ def notebook_launcher(
         cwd=cwd,
         env=env,
         connect_timeout=connect_timeout,
+        stall_timeout=stall_timeout,
+        on_stall=on_stall,
     )
     refuse_existing_state()
     call_args, call_kwargs = tuple(args), dict(kwargs or {})

@@ -7,7 +7,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..config import LaunchConfig, positive_seconds
+from ..config import DEFAULT_STALL_TIMEOUT, LaunchConfig, positive_seconds
 from ..events import PoolStateEvent, TaskEvent
 from ..guard import choose_start_method
 from ..protocol import TaskReply
@@ -17,17 +17,24 @@ from .attempt import banner
 from .dashboards import open_dashboard
 from .notebook import refuse_existing_state
 from .poolerrors import (
+    RESTARTED,
     PoolBrokenError,
     PoolClosedError,
     TaskTimeoutError,
-    add_note,
+    broken_problem,
+    died_error,
+    interrupted_error,
     quiet,
     raise_first_error,
+    restart_failed,
     stuck_error,
     stuck_message,
+    task_states,
 )
 from .poolgroup import PoolGroup, RankDied, RanksStuck, close_groups_quietly, weak_forward
 from .poolstatus import RankBook, select_ranks, values_of
+from .watch import stall_error
+from .wheretable import WhereTable
 
 __all__ = ["PoolBrokenError", "PoolClosedError", "TaskTimeoutError", "WorkerPool"]
 
@@ -59,6 +66,10 @@ class WorkerPool:
         debug: name the line that initialised CUDA in full when fork is refused.
         dashboard: ``True`` shows the pool in a dashboard (per-rank state, current cell, RSS).
         on_event: receives every event (``TaskEvent``, ``PoolStateEvent``, progress, ...).
+        stall_timeout: seconds in one collective before a stall is reported (default 300, or
+            the config file's; None: no watch); see ``notebook_launcher``.
+        on_stall: ``"warn"`` (the call goes on) or ``"raise"`` (:class:`StallError`; the
+            group restarts, every namespace is lost).
 
     A pool runs on this machine's ranks only; ``docs/architecture.md`` says where the ranks of
     other hosts would plug into its supervisor.
@@ -80,6 +91,8 @@ class WorkerPool:
         debug: bool | None = None,
         dashboard: bool | Any = False,
         on_event: Callable[[Any], None] | None = None,
+        stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
+        on_stall: str | None = None,
     ) -> None:
         if on_event is not None and not callable(on_event):
             raise TypeError(f"on_event must be callable or None, got {type(on_event).__name__}.")
@@ -96,6 +109,8 @@ class WorkerPool:
             display_ranks=display_ranks,
             debug=debug,
             rendezvous_timeout=self.start_timeout,
+            stall_timeout=stall_timeout,
+            on_stall=on_stall,
         )
         if self.config.accelerator == "xla":
             raise ValueError(
@@ -195,6 +210,11 @@ class WorkerPool:
         self._notice_death()
         return self._book.rows(self.num_processes, self._state, self._problem)
 
+    def where(self) -> WhereTable:
+        """Where every rank is now: one dict per rank (docs/pool.md), shown as a table; also
+        while a call runs, asked from another thread (a console on this kernel)."""
+        return self._usable().where()
+
     def restart(self) -> None:
         """Stop every worker and start new ones (a new group; every namespace is lost)."""
         self._close_group()
@@ -274,11 +294,7 @@ class WorkerPool:
             self._break(died)
 
     def _break(self, died: RankDied) -> None:
-        first = str(died.error).splitlines()[0] if str(died.error) else type(died.error).__name__
-        self._problem = (
-            f"the pool is broken: {first}. Call pool.restart() to start new workers (every "
-            "namespace is lost), or pool.shutdown()."
-        )
+        self._problem = broken_problem(died.error)
         self._close_group()
         self._state = PoolState.BROKEN
         for rank, state in self._book.broken(died.fates).items():
@@ -331,9 +347,9 @@ class WorkerPool:
                 on_wait=self._board.on_wait if self._board is not None else None,
             )
         except RankDied as died:
+            left = group.left_behind(died.fates)
             self._break(died)
-            add_note(died.error, self._problem)
-            raise quiet(died.error)  # noqa: B904 - its cause is the rank's WorkerError
+            raise died_error(died.error, self._problem, *left)  # noqa: B904 - cause: WorkerError
         except RanksStuck as stuck:
             raise quiet(self._stuck(stuck, task.label))  # noqa: B904 - as above
         finally:
@@ -343,29 +359,19 @@ class WorkerPool:
             if self._board is not None and self._board.release_messages is not None:
                 # a cell queued during the call runs next, as without the pool
                 self._board.release_messages()
-        for rank, reply in replies.items():
-            state = TaskState.FAILED if reply.error else TaskState.IDLE
-            state = TaskState.INTERRUPTED if interrupted else state
+        for rank, state in task_states(replies, interrupted).items():
             self._emit(TaskEvent(rank=rank, state=state, label=task.label, task_id=task.task_id))
         if interrupted:
-            how = "stopped (the dashboard's Stop)" if stop and stop.is_set() else "interrupted"
-            if stop is not None:
-                stop.clear()
-            raise KeyboardInterrupt(
-                f"{task.label} was {how} on every rank; the pool is up and every namespace is kept."
-            )
+            raise interrupted_error(task.label, stop)
         raise_first_error(replies)
         return replies
 
     def _stuck(self, stuck: RanksStuck, label: str) -> BaseException:
         """The error of a task whose ranks did not finish; the group is restarted first."""
-        group = self._group
-        where = group.ask_where(stuck.ranks) if group is not None else {}
-        limit = (
-            f"timeout={self.config.timeout}s"
-            if stuck.reason == "timeout"
-            else f"grace_period={self.grace_period}s"
-        )
+        if stuck.stalled is not None:  # on_stall="raise"
+            return stall_error(stuck.stalled, self._restart_after("a collective stalled"))
+        where = self._group.where() if self._group is not None else WhereTable()
+        limit = self.config.timeout if stuck.reason == "timeout" else self.grace_period
         text = stuck_message(stuck.ranks, label, limit, stuck.reason, where)
         text += self._restart_after(f"rank(s) {stuck.ranks} were stuck")
         return stuck_error(stuck.reason, text, stuck.replies)
@@ -377,14 +383,8 @@ class WorkerPool:
         try:
             self._start()
         except BaseException as exc:
-            return (
-                f"The pool tried to restart its process group and failed ({exc}); it is "
-                "broken: call pool.restart()."
-            )
-        return (
-            "The pool restarted its process group: every rank's namespace was lost "
-            "(variables, models, the Accelerator); run the cells that set them up again."
-        )
+            return restart_failed(exc)
+        return RESTARTED
 
     # -- events ------------------------------------------------------------------------------
     def _emit(self, event: Any) -> None:

@@ -2,23 +2,58 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..protocol import TaskReply
-from ..states import Fate
+from ..states import Fate, TaskState
+from .dashboards import StopFlag
 from .errors import RankFate, WorkerError, build_error, root_cause
+from .stalls import Finding
+from .watch import where_note
+from .wheretable import WhereTable
 
 __all__ = [
+    "RESTARTED",
     "PoolBrokenError",
     "PoolClosedError",
     "TaskTimeoutError",
     "add_note",
+    "broken_problem",
+    "died_error",
     "first_error",
+    "interrupted_error",
     "quiet",
     "raise_first_error",
+    "restart_failed",
     "stuck_error",
     "stuck_message",
+    "task_states",
 ]
 
 _AFTER = {"a peer failed": " after another rank failed", "interrupted": " after the interrupt"}
+
+
+RESTARTED = (
+    "The pool restarted its process group: every rank's namespace was lost (variables, "
+    "models, the Accelerator); run the cells that set them up again."
+)
+
+
+def restart_failed(exc: BaseException) -> str:
+    """What the user is told when the pool could not restart its group."""
+    return (
+        f"The pool tried to restart its process group and failed ({exc}); it is broken: call "
+        "pool.restart()."
+    )
+
+
+def broken_problem(error: BaseException) -> str:
+    """Why a pool whose rank died refuses work."""
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return (
+        f"the pool is broken: {first}. Call pool.restart() to start new workers (every "
+        "namespace is lost), or pool.shutdown()."
+    )
 
 
 class PoolBrokenError(RuntimeError):
@@ -67,14 +102,60 @@ def add_note(error: BaseException, text: str) -> None:
 
 
 def stuck_message(
-    ranks: list[int], label: str, limit: str, reason: str, where: dict[int, str]
+    ranks: list[int], label: str, limit: float | None, reason: str, where: WhereTable
 ) -> str:
-    """Which ranks did not finish the task ``label`` within ``limit``, and on which line."""
-    lines = "\n".join(f"  rank {r}: {where.get(r, '?').splitlines()[0]}" for r in ranks)
+    """Which ranks did not finish the task ``label`` within ``limit`` seconds (the timeout,
+    else the grace period), on which line, and the where table of every rank."""
+    limit_text = f"timeout={limit}s" if reason == "timeout" else f"grace_period={limit}s"
+    rows = {row["rank"]: row for row in where}
+    lines = "\n".join(f"  {_at(r, rows.get(r))}" for r in ranks)
     return (
-        f"rank(s) {ranks} did not finish {label} within {limit}{_AFTER.get(reason, '')}; "
-        f"they were at:\n{lines}\n"
+        f"rank(s) {ranks} did not finish {label} within {limit_text}{_AFTER.get(reason, '')}; "
+        f"they were at:\n{lines}\nWhere every rank was:\n{where.text(indent='  ')}\n"
     )
+
+
+def _at(rank: int, row: dict[str, Any] | None) -> str:
+    """``rank 0: In [5], line 5, in <module>: dist.all_reduce(t)``."""
+    if row is None or not row.get("where"):
+        return f"rank {rank}: {row['state'] if row else 'no answer'}"
+    source = f": {row['source']}" if row.get("source") else ""
+    return f"rank {rank}: {row['where']}, in {row['function']}{source}"
+
+
+def died_error(
+    error: BaseException, problem: str, left: WhereTable | None, findings: list[Finding]
+) -> BaseException:
+    """The error of a call during which a rank died: ``problem`` (the pool is broken), what
+    went wrong (``findings``) and where the other ranks were (``left``) added to it."""
+    add_note(error, problem)
+    note = where_note(left, "when it died", findings)
+    if note:
+        add_note(error, note)
+    return quiet(error)
+
+
+def interrupted_error(label: str, stop: StopFlag | None) -> KeyboardInterrupt:
+    """A call interrupted on every rank (by the dashboard's Stop when ``stop`` is set: it is
+    cleared for the next call)."""
+    how = "stopped (the dashboard's Stop)" if stop is not None and stop.is_set() else "interrupted"
+    if stop is not None:
+        stop.clear()
+    return KeyboardInterrupt(
+        f"{label} was {how} on every rank; the pool is up and every namespace is kept."
+    )
+
+
+def task_states(replies: dict[int, TaskReply], interrupted: bool) -> dict[int, TaskState]:
+    """Each rank's state after a call: idle, failed, or interrupted."""
+    return {
+        rank: TaskState.INTERRUPTED
+        if interrupted
+        else TaskState.FAILED
+        if reply.error
+        else TaskState.IDLE
+        for rank, reply in replies.items()
+    }
 
 
 def stuck_error(reason: str, text: str, replies: dict[int, TaskReply]) -> BaseException:

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 import time
 import weakref
 from collections.abc import Callable, Collection
 from datetime import timedelta
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from typing import Any, TextIO, cast
 
 from ..config import LaunchConfig
 from ..nodes.rendezvous import LOOPBACK, StoreHost
 from ..protocol import (
-    AskWhere,
     Crash,
     Location,
     Notice,
@@ -32,8 +30,13 @@ from ..spec import WorkerMode
 from ..states import Fate
 from .dashboards import StopFlag
 from .errors import RankFate, build_error
+from .launchgroup import raised_in
 from .localranks import LocalRanks, worker_env
+from .stalls import Finding
 from .supervisor import Supervisor, WorkerLink
+from .taskpipes import TaskPipes
+from .watch import WhereWatch
+from .wheretable import WhereTable
 
 __all__ = ["PoolGroup", "RankDied", "RanksStuck", "close_groups_quietly", "weak_forward"]
 
@@ -50,13 +53,21 @@ class RankDied(Exception):
 
 
 class RanksStuck(Exception):
-    """Ranks did not answer within the grace period (or the call's timeout)."""
+    """Ranks did not answer within the grace period (or the call's timeout), or waited in a
+    collective that stalled (``reason`` ``"stall"``, with ``on_stall="raise"``)."""
 
-    def __init__(self, ranks: list[int], replies: dict[int, TaskReply], reason: str) -> None:
+    def __init__(
+        self,
+        ranks: list[int],
+        replies: dict[int, TaskReply],
+        reason: str,
+        stalled: tuple[Finding, WhereTable] | None = None,
+    ) -> None:
         super().__init__(f"rank(s) {ranks} did not finish ({reason})")
         self.ranks = ranks
         self.replies = replies
         self.reason = reason
+        self.stalled = stalled
 
 
 class _Current:
@@ -102,11 +113,19 @@ class PoolGroup:
         self.local: LocalRanks | None = None
         self.on_event = on_event
         self.supervisor: Supervisor | None = None
-        self.task_pipes: dict[int, Connection] = {}
+        self.pipes = TaskPipes(self.ranks)
         self.replies: dict[int, TaskReply] = {}
-        self.where: dict[int, str] = {}
         self.ready: dict[int, Ready] = {}
         self.crashed: dict[int, RemoteException] = {}
+        self.watch = WhereWatch(
+            self.ranks,
+            self.pipes.send_quietly,
+            self._live,
+            self._states,
+            self.pump,
+            config.stall_timeout,
+            config.on_stall,
+        )
 
     # -- start -------------------------------------------------------------------------------
     def start(self, timeout: float) -> None:
@@ -120,22 +139,17 @@ class PoolGroup:
             config, self.method, self.user_on_event, self.line_sink, streams
         )
         self.on_event = local.on_event
-        specs, read_ends = [], []
+        specs = []
         for rank in self.ranks:
             env = worker_env(config, rank, rank, self.host.port, self.generation, self.method)
             spec = local.spec(rank, env, WorkerMode.POOL)
-            read_fd, write_fd = os.pipe()
-            self.task_pipes[rank] = Connection(write_fd, readable=False)
-            read_ends.append(read_fd)
-            spec.task_fd = read_fd
+            self.pipes.attach(spec)
             specs.append(spec)
-        keep_out = tuple(pipe.fileno() for pipe in self.task_pipes.values())
-        self.supervisor = Supervisor(specs, self._on_message, keep_out=keep_out)
+        self.supervisor = Supervisor(specs, self._on_message, keep_out=self.pipes.write_fds)
         try:
             local.start(self.supervisor)
         finally:
-            for fd in read_ends:
-                os.close(fd)
+            self.pipes.close_child_ends()
         self._wait_ready(timeout, deadline)
 
     def _wait_ready(self, timeout: float, deadline: float) -> None:
@@ -163,8 +177,7 @@ class PoolGroup:
     # -- messages ----------------------------------------------------------------------------
     def send(self, message: bytes, ranks: Collection[int]) -> None:
         """Write one pipe message to each rank in ``ranks``."""
-        for rank in ranks:
-            self.task_pipes[rank].send_bytes(message)
+        self.pipes.send(message, ranks)
 
     def pump(self, timeout: float) -> None:
         """Wait up to ``timeout`` s and handle every message and exit that arrived."""
@@ -178,7 +191,7 @@ class PoolGroup:
         elif isinstance(message, Reply):
             self.replies[message.rank] = message.reply
         elif isinstance(message, Location):
-            self.where[message.rank] = message.stack
+            self.watch.on_location(message)
         elif isinstance(message, Ready):
             self.ready[message.rank] = message
         elif isinstance(message, Crash):  # the worker machinery failed; the process ends next
@@ -235,7 +248,19 @@ class PoolGroup:
             RanksStuck: ranks did not answer within ``grace`` s of a peer's failure or of the
                 interrupt, or within ``timeout`` s of the start.
         """
-        pending, done = set(ranks), dict[int, TaskReply]()
+        with self.watch:
+            return self._collect(task_id, set(ranks), grace, timeout, stop, on_wait)
+
+    def _collect(
+        self,
+        task_id: int,
+        pending: set[int],
+        grace: float,
+        timeout: float | None,
+        stop: StopFlag | None,
+        on_wait: Callable[[], None] | None,
+    ) -> tuple[dict[int, TaskReply], bool]:
+        done: dict[int, TaskReply] = {}
         started = time.monotonic()
         failed_at: float | None = None
         interrupted_at: float | None = None
@@ -267,6 +292,10 @@ class PoolGroup:
                 raise RanksStuck(sorted(pending), done, "interrupted")
             if pending and timeout is not None and now - started > timeout:
                 raise RanksStuck(sorted(pending), done, "timeout")
+            if pending and failed_at is None and interrupted_at is None:
+                self.watch.tick()
+                if self.watch.raised is not None:
+                    raise RanksStuck(sorted(pending), done, "stall", self.watch.raised)
         self.drain()
         return done, interrupted_at is not None
 
@@ -275,15 +304,32 @@ class PoolGroup:
         if self.supervisor is not None:
             self.supervisor.signal(signal.SIGINT, ranks)
 
-    def ask_where(self, ranks: Collection[int], timeout: float = 3.0) -> dict[int, str]:
-        """Where each rank's main thread is now (answered by its reader thread)."""
-        self.where.clear()
-        with contextlib.suppress(OSError):
-            self.send(encode_for_worker(AskWhere()), ranks)
-        deadline = time.monotonic() + timeout
-        while any(r not in self.where for r in ranks) and time.monotonic() < deadline:
+    def where(self, timeout: float = 3.0) -> WhereTable:
+        """Where every rank is now (see ``watch.WhereWatch.where``); from any thread."""
+        return self.watch.where(timeout)
+
+    def left_behind(self, fates: list[RankFate]) -> tuple[WhereTable | None, list[Finding]]:
+        """After a rank died: where the others are, and what went wrong (their errors come
+        in first: a collective a peer left fails on the others too)."""
+        table = self.where(timeout=2.0) if self.live_ranks() else None
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and any(r not in self.replies for r in self._live()):
             self.pump(_POLL_S)
-        return {r: self.where.get(r, "(no answer)") for r in ranks}
+        calls = raised_in(fates)
+        for rank, reply in self.replies.items():
+            if reply.error is not None and reply.error.collective is not None:
+                calls.setdefault(rank, reply.error.collective)
+        return table, self.watch.explain(calls)
+
+    def live_ranks(self) -> list[int]:
+        """The ranks whose process still runs."""
+        return [h.spec.rank for h in self.handles if h.exit_code is None and h.conn_open]
+
+    def _live(self) -> list[int]:
+        return self.live_ranks()
+
+    def _states(self) -> dict[int, str]:
+        return {h.spec.rank: "exited" for h in self.handles if h.exit_code is not None}
 
     def drain(self) -> None:
         """Stream every whole line the ranks have written so far."""
@@ -310,10 +356,7 @@ class PoolGroup:
                 self.supervisor.kill_all(grace=0.5)
             finally:
                 self.supervisor.release()
-        for pipe in self.task_pipes.values():
-            with contextlib.suppress(OSError):
-                pipe.close()
-        self.task_pipes.clear()
+        self.pipes.close()
         if self.local is not None:
             self.local.close()
         if self.host is not None:

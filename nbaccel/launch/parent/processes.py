@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..spec import WorkerMode, WorkerSpec
+from ..spec import WorkerSpec
 from ..worker.redirect import redirect_child_output
 
 __all__ = ["WorkerHandle", "close_link", "start_worker"]
@@ -151,7 +151,7 @@ def _start_fork(spec: WorkerSpec, read_fd: int, foreign: tuple[int, ...]) -> Wor
 
 def _start_spawn(spec: WorkerSpec, read_fd: int, payload: bytes) -> WorkerHandle:
     keep: tuple[int, ...] = (spec.stdout_fd, spec.stderr_fd, spec.message_fd)
-    if spec.mode is WorkerMode.POOL:  # a pool worker reads its tasks from this pipe
+    if spec.task_fd >= 0:  # its task pipe: a pool's tasks, and "where are you?"
         keep += (spec.task_fd,)
     popen = subprocess.Popen(
         [sys.executable, "-c", _SPAWN_BOOTSTRAP],

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import select
 import signal
+import threading
 import time
 from collections.abc import Callable, Collection
 from multiprocessing.connection import wait
@@ -87,6 +88,8 @@ class Supervisor:
         self.keep_out = keep_out
         self.on_started = on_started
         self.handles: list[WorkerLink] = []
+        # one reader at a time: a where() asked from another thread reads while no loop does
+        self._reading = threading.RLock()
 
     def start(self) -> None:
         """Start every worker (a forked one keeps none of the others' descriptors)."""
@@ -109,16 +112,19 @@ class Supervisor:
     # -- the wait ----------------------------------------------------------------------------
     def pump(self, timeout: float) -> None:
         """Wait up to ``timeout`` s; hand on every message that arrived and note every exit."""
-        waitables: list[Any] = [h.conn for h in self.handles if h.conn_open]
-        waitables += [h.sentinel for h in self.handles if h.exit_code is None and h.sentinel >= 0]
-        for ready in wait(waitables, timeout=timeout):
-            for handle in self.handles:
-                if ready is handle.conn:
-                    self.receive(handle)
-                    break
-                if ready == handle.sentinel:
-                    handle.poll()
-                    break
+        with self._reading:
+            waitables: list[Any] = [h.conn for h in self.handles if h.conn_open]
+            waitables += [
+                h.sentinel for h in self.handles if h.exit_code is None and h.sentinel >= 0
+            ]
+            for ready in wait(waitables, timeout=timeout):
+                for handle in self.handles:
+                    if ready is handle.conn:
+                        self.receive(handle)
+                        break
+                    if ready == handle.sentinel:
+                        handle.poll()
+                        break
 
     def receive(self, handle: WorkerLink) -> None:
         """Read one message of ``handle``'s (or note that its pipe closed)."""
@@ -134,8 +140,9 @@ class Supervisor:
 
     def drain(self, handle: WorkerLink) -> None:
         """Hand on what ``handle``'s pipe still holds (a dead worker's last words)."""
-        while handle.conn_open and handle.conn.poll(0):
-            self.receive(handle)
+        with self._reading:
+            while handle.conn_open and handle.conn.poll(0):
+                self.receive(handle)
 
     def finished(self, handle: WorkerLink) -> bool:
         """The worker has exited and its pipe is read to the end."""

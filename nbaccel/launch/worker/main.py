@@ -21,15 +21,19 @@ from ...state.handshake import enter
 from ...state.registry import STATE, reset_registry
 from ..events import RankStateEvent
 from ..guard import check_child_not_bad_fork
-from ..protocol import Crash, Location, Notice, Ready, Reply, WorkerMessage, encode
+from ..location import RankWhere
+from ..protocol import AskWhere, Crash, Location, Notice, Ready, Reply, WorkerMessage, encode
 from ..remote import capture_exception
 from ..spec import WorkerMode, WorkerSpec
-from ..states import RankState
+from ..states import RankState, WorkerPhase
 from ..tasks import CallTask
 from .bars import text_bars_in_worker
+from .collectives import track_collectives
 from .display import install_worker_display
+from .frames import mark_boundary
 from .redirect import redirect_child_output
 from .runner import TaskInbox, TaskRunner
+from .whereami import Whereabouts
 
 __all__ = ["run_worker", "spawn_entry"]
 
@@ -85,6 +89,7 @@ def _prepare(spec: WorkerSpec, channel: _Channel, forked: bool) -> None:
         install_worker_display(channel.notify, spec.rank)
     if spec.num_threads:
         torch.set_num_threads(spec.num_threads)
+    track_collectives()  # what "where is every rank?" reads; see collectives.py
     if spec.mode is WorkerMode.LAUNCH:  # it runs from now on (a pool's ranks: per task)
         restart = read_launch_environment().restart_count
         channel.notify(
@@ -94,24 +99,49 @@ def _prepare(spec: WorkerSpec, channel: _Channel, forked: bool) -> None:
         check_child_not_bad_fork()
 
 
-def _run_one_task(spec: WorkerSpec, channel: _Channel) -> int:
+def _inbox(spec: WorkerSpec, channel: _Channel, whereabouts: Whereabouts) -> TaskInbox | None:
+    """The reader of the worker's task pipe; it answers :class:`AskWhere` at once."""
+    if spec.task_fd < 0:  # a rank another host's agent started: no pipe from the notebook
+        return None
+
+    def answer(ask: AskWhere) -> None:
+        try:
+            where = whereabouts.answer(ask.detail)
+        except Exception:  # an answer, however poor, rather than a silent rank
+            where = RankWhere(spec.rank, whereabouts.host, os.getpid(), whereabouts.phase)
+        with contextlib.suppress(OSError, ValueError):  # the worker is ending: no one asks
+            channel.send(Location(spec.rank, where, ask.request))
+
+    return TaskInbox(spec.task_fd, answer)
+
+
+def _run_one_task(spec: WorkerSpec, channel: _Channel, whereabouts: Whereabouts) -> int:
     """A launch: the worker's one task is ``spec.function``; then the group is left."""
     runner = TaskRunner({}, spec.rank)
     task = CallTask(0, spec.function, spec.args, spec.kwargs)
-    reply = runner.reply(0, lambda: runner.perform(task))
-    channel.send(Reply(spec.rank, reply))
-    if reply.error is not None:
-        return 1
-    if dist.is_initialized():
-        with contextlib.suppress(Exception):
-            # every rank has finished joining before any closes its connections: a rank
-            # that leaves first would cut a slower peer's handshake short
-            enter("the end of the launched function")  # a peer still in a collective
-            dist.destroy_process_group()  # fails at once (CollectiveMismatchError)
-    return 0
+    inbox = _inbox(spec, channel, whereabouts)
+    name = getattr(spec.function, "__name__", "the function")
+    whereabouts.enter(WorkerPhase.RUNNING, name)
+    try:
+        reply = runner.reply(0, lambda: runner.perform(task))
+        failed = reply.error is not None
+        whereabouts.enter(WorkerPhase.FAILED if failed else WorkerPhase.RETURNED, name)
+        channel.send(Reply(spec.rank, reply))
+        if failed:
+            return 1
+        if dist.is_initialized():
+            with contextlib.suppress(Exception):
+                # every rank has finished joining before any closes its connections: a rank
+                # that leaves first would cut a slower peer's handshake short
+                enter("the end of the launched function")  # a peer still in a collective
+                dist.destroy_process_group()  # fails at once (CollectiveMismatchError)
+        return 0
+    finally:
+        if inbox is not None:
+            inbox.close()
 
 
-def _serve_tasks(spec: WorkerSpec, channel: _Channel) -> int:
+def _serve_tasks(spec: WorkerSpec, channel: _Channel, whereabouts: Whereabouts) -> int:
     """A pool: join the group once, then run each task read from the task pipe until told to
     stop. SIGINT is ignored between tasks and raises ``KeyboardInterrupt`` inside one."""
 
@@ -130,11 +160,16 @@ def _serve_tasks(spec: WorkerSpec, channel: _Channel) -> int:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, interrupt)
-    inbox = TaskInbox(spec.task_fd, lambda stack: channel.send(Location(spec.rank, stack)))
+    inbox = _inbox(spec, channel, whereabouts)
+    assert inbox is not None  # a pool's rank always has its task pipe
     channel.send(Ready(spec.rank, str(state.device), os.getpid()))
     try:
         for task in inbox:
-            reply = runner.handle(task.task_id, task.payload, running)
+            whereabouts.enter(WorkerPhase.RUNNING, task.label)
+            try:
+                reply = runner.handle(task.task_id, task.payload, running)
+            finally:
+                whereabouts.enter(WorkerPhase.IDLE, task.label)
             _flush_streams()  # the task's text reaches the relay before its reply
             channel.send(Reply(spec.rank, reply))
     finally:
@@ -164,7 +199,7 @@ def run_worker(spec: WorkerSpec, forked: bool) -> int:
     try:
         _prepare(spec, channel, forked)
         serve = _run_one_task if spec.mode is WorkerMode.LAUNCH else _serve_tasks
-        code = serve(spec, channel)
+        code = serve(spec, channel, Whereabouts(spec.rank))
     except BaseException as exc:  # a failure of the worker machinery itself
         with contextlib.suppress(Exception):
             channel.send(Crash(spec.rank, capture_exception(exc, time.time())))
@@ -174,6 +209,9 @@ def run_worker(spec: WorkerSpec, forked: bool) -> int:
         _flush_streams()
         channel.close()
     return code
+
+
+mark_boundary(run_worker.__code__)  # a forked worker's older frames are the notebook's
 
 
 def spawn_entry(data: bytes) -> None:

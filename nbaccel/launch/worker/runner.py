@@ -5,26 +5,22 @@ from __future__ import annotations
 import ast
 import builtins
 import linecache
-import os
 import pickle
 import queue
-import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
-import torch
 
 from ..protocol import AskWhere, Task, TaskReply, decode_for_worker
 from ..remote import capture_exception
 from ..tasks import CallTask, CellTask, PullTask, PushTask, RemoteRepr, cell_filename
 from ..wire import dumps_for_parent
 
-__all__ = ["TaskInbox", "TaskRunner", "run_cell", "where_now"]
+__all__ = ["TaskInbox", "TaskRunner", "run_cell"]
 
 
 def run_cell(source: str, namespace: dict[str, Any], filename: str) -> Any:
@@ -41,26 +37,6 @@ def run_cell(source: str, namespace: dict[str, Any], filename: str) -> Any:
         return None
     value = eval(compile(last, filename, "eval"), namespace)
     return None if source.rstrip().endswith(";") else value
-
-
-_INTERNAL = tuple(
-    os.path.dirname(os.path.realpath(module.__file__ or "")) + os.sep
-    for module in (torch, sys.modules[__name__.split(".")[0]], threading)
-)
-
-
-def where_now(thread_id: int | None = None) -> str:
-    """Where a thread of this process is (the main thread by default): its innermost line
-    outside torch, nbaccel and the standard library (the user's line), then the whole stack."""
-    ident = threading.main_thread().ident if thread_id is None else thread_id
-    frame = sys._current_frames().get(ident or 0)
-    if frame is None:
-        return "(the main thread was not found)"
-    stack = traceback.extract_stack(frame)
-    user = [f for f in stack if not os.path.realpath(f.filename).startswith(_INTERNAL)]
-    pick = (user or list(stack))[-1]
-    line = f"{pick.filename}, line {pick.lineno}, in {pick.name}: {(pick.line or '').strip()}"
-    return line + "\n" + "".join(stack.format()).rstrip()
 
 
 class TaskRunner:
@@ -154,7 +130,7 @@ class TaskInbox:
     fails as that task.
     """
 
-    def __init__(self, fd: int, answer_where: Callable[[str], None]) -> None:
+    def __init__(self, fd: int, answer_where: Callable[[AskWhere], None]) -> None:
         self._conn = Connection(fd, writable=False)
         self._answer_where = answer_where
         self._queue: queue.Queue[Task | None] = queue.Queue()
@@ -169,7 +145,7 @@ class TaskInbox:
                 self._queue.put(None)  # the parent went away: as a Stop
                 return
             if isinstance(message, AskWhere):
-                self._answer_where(where_now())
+                self._answer_where(message)
             elif isinstance(message, Task):
                 self._queue.put(message)
             else:  # Stop
