@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -61,6 +62,14 @@ class LaunchDashboard(widgets.VBox):
             description="Stop", button_style="danger", icon="stop", disabled=True
         )
         self._stop.on_click(lambda _button: self.stop())
+        self._where = widgets.Button(
+            description="Where?",
+            icon="search",
+            disabled=True,
+            tooltip="where every rank is now: its line, the collective it waits in, for how long",
+        )
+        self._where.on_click(lambda _button: self.show_where())
+        self._where_view = widgets.HTML("")
         self._stop_note = widgets.HTML("")
         self._stop_unavailable = False
         self._summary = widgets.HTML("")
@@ -73,7 +82,8 @@ class LaunchDashboard(widgets.VBox):
             widgets.HBox([self._bar, self._bar_text]),
             self._table,
             self._outputs,
-            self._stop,
+            widgets.HBox([self._stop, self._where]),
+            self._where_view,
             self._stop_note,
             self._summary,
         ]
@@ -154,6 +164,20 @@ class LaunchDashboard(widgets.VBox):
         text = html.escape(self.state.summary())
         self._summary.value = f"<pre style='margin:0'><b>Summary</b>\n{text}</pre>"
 
+    def show_where(self) -> None:
+        """Ask every rank of the running launch or pool call where it is now, and show the
+        table under the buttons (what ``%nbaccel where`` returns)."""
+        # the launcher's side, read only when the button is clicked
+        from ..launch.parent.watch import running_watches
+
+        running = running_watches()
+        if not running:
+            self._where_view.value = "<i>Nothing runs now: no rank to ask.</i>"
+            return
+        table = running[-1].where()
+        asked = time.strftime("%H:%M:%S")
+        self._where_view.value = f"<b>Where every rank is</b> ({asked}){table._repr_html_()}"
+
     def stop(self) -> None:
         """Stop every rank (SIGTERM, then SIGKILL): the launch raises ``LaunchStopped``."""
         self.state.stop()
@@ -165,6 +189,7 @@ class LaunchDashboard(widgets.VBox):
     def _status_changed(self, change: dict[str, Any]) -> None:
         running = change["new"] == "running"
         self._stop.disabled = not running or self._stop_unavailable
+        self._where.disabled = not running or self._stop_unavailable
         self._stop.description = "Stopped" if change["new"] == "stopped" else "Stop"
 
     def _refresh(self) -> None:

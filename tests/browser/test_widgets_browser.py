@@ -111,8 +111,9 @@ def test_panel_validates_launches_and_dashboard_shows_both_ranks_finished_and_st
 
 
 def _stop_a_launch_that_blocks_the_cell(page: Any, artifacts: Path) -> None:
-    """Run ``notebook_launcher(..., dashboard=True)`` in the second cell and click its Stop
-    while the cell is still busy: every rank stops and the cell ends with LaunchStopped."""
+    """Run ``notebook_launcher(..., dashboard=True)`` in the second cell, click its Where?
+    (both ranks shown in their ``time.sleep`` line) and then its Stop while the cell is still
+    busy: every rank stops and the cell ends with LaunchStopped."""
     cell = page.locator(".jp-Notebook .jp-Cell").nth(1)
     cell.locator(".cm-content").click()
     page.keyboard.press("Control+Enter")
@@ -125,6 +126,14 @@ def _stop_a_launch_that_blocks_the_cell(page: Any, artifacts: Path) -> None:
     while table.inner_text().count("MiB") < 2 and time.monotonic() < deadline:
         time.sleep(0.2)  # the dashboard redraws (RSS too) while the launch blocks the cell
     assert table.inner_text().count("MiB") == 2, table.inner_text()
+    where = cell.locator("button.widget-button", has_text="Where?")
+    page.wait_for_function("b => !b.disabled", arg=where.element_handle())
+    where.click()  # while the launch blocks the cell: every rank answers from its own thread
+    found = cell.locator(".widget-html", has_text="Where every rank is").first
+    found.wait_for(timeout=30_000)
+    while found.inner_text().count("time.sleep(120)") < 2 and time.monotonic() < deadline + 30:
+        time.sleep(0.2)
+    assert found.inner_text().count("time.sleep(120)") == 2, found.inner_text()
     stop = cell.locator("button.widget-button[title='Stop']")  # its icon joins its name
     page.wait_for_function("b => !b.disabled", arg=stop.element_handle())
     clicked = time.monotonic()
