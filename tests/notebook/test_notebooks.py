@@ -313,6 +313,8 @@ def test_09_worker_pool_interrupt_a_long_cell_and_carry_on() -> None:
     first, last = (float(out) for out in outs if out.startswith("0."))
     assert first >= 0.8 and last >= 0.9, outs
     assert "nbaccel: the pool is stopped." in text, text
+    where = [out for out in outs if out.startswith("rank  host  state  where")]
+    assert len(where) == 1 and where[0].count(" idle") == 2, outs  # %nbaccel where, between cells
 
 
 @pytest.mark.parametrize(
