@@ -4,6 +4,7 @@ behind on any host, whatever way the launch ends."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -116,6 +117,49 @@ print("LEFT", gone())
     assert "nbaccel: attempt 1 failed (" in out and "the first attempt fails on node2" in out, out
     expected = [("node1", 1), ("node1", 1), ("node2", 1), ("node2", 1)]
     assert f"RESULTS {expected}" in out, out
+    assert "LEFT []" in out, out
+
+
+def test_a_stalled_rank_on_node2_is_named_with_its_host_and_line(kernel: LoginKernel) -> None:
+    """Rank 3 (on node2) never reaches the all_reduce the others wait in: the stall is found
+    by asking every rank through its host's agent, and the error's table names node2 and the
+    line rank 3 is on."""
+    out = kernel.ok(
+        """
+caught = None
+def stall():
+    import torch, torch.distributed as dist
+    from nbaccel import PartialState
+    state = PartialState()
+    if state.process_index == 3:
+        time.sleep(60)  # never reaches the all_reduce in time
+    dist.all_reduce(torch.ones(4))
+    return state.process_index
+
+t0 = time.monotonic()
+try:
+    notebook_launcher(stall, num_processes=2, hosts=["node1", "node2"], stall_timeout=2,
+                      on_stall="raise")
+except TimeoutError as exc:
+    caught = exc
+print("KIND", caught.kind)
+print("ROWS", [(r["rank"], r["host"], r["state"], r["source"]) for r in caught.where])
+print("TEXT", caught)
+print("TOOK", time.monotonic() - t0, "LEFT", gone())
+""",
+    )
+    assert "KIND stall" in out, out
+    rows = out.split("ROWS ")[1].split("\n")[0]
+    assert "(3, 'node2', 'running', 'time.sleep(60)" in rows, rows
+    for rank in (0, 1):
+        assert f"({rank}, 'node1', 'in collective', 'dist.all_reduce(torch.ones(4))')" in rows
+    assert "(2, 'node2', 'in collective'" in rows, rows
+    assert re.search(
+        r"ranks 0, 1, 2 have waited \d+ s in all_reduce \(#1, In \[\d+\], line 8\)", out
+    )
+    assert re.search(r"rank 3 never joined it: rank 3 is at In \[\d+\], line 7", out), out
+    assert "Every rank was stopped" in out, out
+    assert float(out.split("TOOK")[1].split()[0]) < 40, out
     assert "LEFT []" in out, out
 
 

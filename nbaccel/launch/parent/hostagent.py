@@ -19,6 +19,7 @@ import socket
 import sys
 import time
 import traceback
+from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
@@ -43,9 +44,10 @@ class _Gone(Exception):
 
 
 class _Rank:
-    def __init__(self, handle: WorkerHandle, out_fd: int, err_fd: int) -> None:
+    def __init__(self, handle: WorkerHandle, out_fd: int, err_fd: int, tasks: Connection) -> None:
         self.handle = handle
         self.outputs = {out_fd: 1, err_fd: 2}
+        self.tasks = tasks  # the write end of its task pipe ("where are you?")
         self.exit_sent = False
         self.exited_at = 0.0
 
@@ -118,24 +120,28 @@ class Agent:
         raise _Gone(f"no job arrived within {_JOB_WAIT_S:.0f}s")
 
     def _start(self, specs: list[WorkerSpec]) -> None:
-        pipes = {s.rank: (os.pipe(), os.pipe()) for s in specs}
-        every = [fd for pair in pipes.values() for ends in pair for fd in ends]
+        pipes = {s.rank: (os.pipe(), os.pipe(), os.pipe()) for s in specs}
+        every = [fd for trio in pipes.values() for ends in trio for fd in ends]
         try:
             for spec in specs:
-                (out_r, out_w), (err_r, err_w) = pipes[spec.rank]
-                spec.stdout_fd, spec.stderr_fd = out_w, err_w
+                (out_r, out_w), (err_r, err_w), (task_r, task_w) = pipes[spec.rank]
+                spec.stdout_fd, spec.stderr_fd, spec.task_fd = out_w, err_w, task_r
                 spec.parent_pid, spec.start_method = os.getpid(), "fork"
-                foreign = [fd for fd in every if fd not in (out_w, err_w)]
+                foreign = [fd for fd in every if fd not in (out_w, err_w, task_r)]
                 foreign += [self.read_fd, self.write_fd]
                 for rank in self.ranks.values():
                     foreign += [rank.handle.conn.fileno(), rank.handle.sentinel]
                 handle = start_worker(spec, tuple(fd for fd in foreign if fd >= 0))
-                self.ranks[spec.rank] = _Rank(handle, out_r, err_r)
+                tasks = Connection(task_w, readable=False)
+                self.ranks[spec.rank] = _Rank(handle, out_r, err_r, tasks)
                 self.send(wire.Started(spec.rank, handle.pid))
         finally:
-            for (_, out_w), (_, err_w) in pipes.values():
+            for (_, out_w), (_, err_w), (task_r, task_w) in pipes.values():
                 os.close(out_w)
                 os.close(err_w)
+                os.close(task_r)
+                if not any(r.tasks.fileno() == task_w for r in self.ranks.values()):
+                    os.close(task_w)  # its rank did not start
         for rank in self.ranks.values():
             for fd in rank.outputs:
                 os.set_blocking(fd, False)
@@ -175,7 +181,10 @@ class Agent:
         self._beat()
 
     def _obey(self, frame: wire.Frame) -> None:
-        if isinstance(frame, wire.Signal) and frame.rank in self.ranks:
+        if isinstance(frame, wire.Task) and frame.rank in self.ranks:
+            with contextlib.suppress(OSError):  # a rank that ended reads no more
+                self.ranks[frame.rank].tasks.send_bytes(frame.data)
+        elif isinstance(frame, wire.Signal) and frame.rank in self.ranks:
             self.ranks[frame.rank].handle.send_signal(frame.sig)
         elif isinstance(frame, wire.Kill) and frame.rank in self.ranks:
             self.ranks[frame.rank].handle.kill()

@@ -9,6 +9,9 @@
 4. The launch group runs the ranks through ``RemoteLink``s (the supervisor's ``starter``);
    their output reaches the cell through the relay, prefixed with host and rank.
 5. A machine lost mid-run ends the launch with ``MachineLostError`` naming it.
+6. "Where are you?" reaches each rank through its agent (``hostlinks.AgentTasks``, a
+   ``Task`` frame written into the rank's task pipe there); the answers come back with its
+   messages, so stalls and the where table cover every host's ranks.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from ..slurmhosts import srun_argv
 from ..spec import WorkerMode, WorkerSpec
 from ..wire import dumps_for_worker
 from .attempt import LaunchPlan
-from .hostlinks import AgentLink, HostError, RemoteLink, ssh_argv
+from .hostlinks import AgentLink, AgentTasks, HostError, RemoteLink, ssh_argv
 from .hostwire import Hello, Job
 from .launchgroup import LaunchGroup
 from .localranks import worker_env
@@ -167,6 +170,9 @@ class HostsPlan(LaunchPlan):
                 stop_requested=stop,
                 on_wait=lambda: self._on_wait(stop, None),
                 starter=start,
+                pipes=AgentTasks({s.rank: agents[s.rank // per_host] for s in specs}),
+                stall_timeout=config.stall_timeout,
+                on_stall=config.on_stall,
             )
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()

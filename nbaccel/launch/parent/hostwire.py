@@ -33,6 +33,7 @@ __all__ = [
     "Ping",
     "Signal",
     "Started",
+    "Task",
     "decode_frame",
     "encode_frame",
 ]
@@ -105,6 +106,15 @@ class Output:
 
 
 @dataclass(frozen=True)
+class Task:
+    """Bytes for a rank's task pipe (the notebook to the agent): "where are you?" today, a
+    pool's tasks where a pool runs on hosts."""
+
+    rank: int
+    data: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
 class Exit:
     rank: int
     code: int
@@ -117,11 +127,13 @@ class Fatal:
     text: str
 
 
-Frame: TypeAlias = Hello | Job | Signal | Kill | Ping | Started | Message | Output | Exit | Fatal
+Frame: TypeAlias = (
+    Hello | Job | Signal | Kill | Ping | Started | Message | Output | Task | Exit | Fatal
+)
 
 _JSON_KINDS: dict[int, type] = {1: Hello, 3: Signal, 4: Kill, 5: Ping, 6: Started, 9: Exit}
 _KIND_OF = {cls: kind for kind, cls in _JSON_KINDS.items()}
-_JOB, _MESSAGE, _OUTPUT, _FATAL = 2, 7, 8, 10
+_JOB, _MESSAGE, _OUTPUT, _FATAL, _TASK = 2, 7, 8, 10, 11
 
 
 def encode_frame(frame: Frame) -> bytes:
@@ -131,6 +143,8 @@ def encode_frame(frame: Frame) -> bytes:
         kind, body = _JOB, struct.pack(">I", len(head)) + head + frame.specs
     elif isinstance(frame, Message):
         kind, body = _MESSAGE, _RANK.pack(frame.rank, 0) + frame.data
+    elif isinstance(frame, Task):
+        kind, body = _TASK, _RANK.pack(frame.rank, 0) + frame.data
     elif isinstance(frame, Output):
         kind, body = _OUTPUT, _RANK.pack(frame.rank, frame.stream) + frame.data
     elif isinstance(frame, Fatal):
@@ -147,9 +161,11 @@ def decode_frame(kind: int, body: bytes) -> Frame:
         (size,) = struct.unpack_from(">I", body)
         head: dict[str, Any] = json.loads(body[4 : 4 + size])
         return Job(**head, specs=bytes(body[4 + size :]))
-    if kind in (_MESSAGE, _OUTPUT):
+    if kind in (_MESSAGE, _OUTPUT, _TASK):
         rank, stream = _RANK.unpack_from(body)
         data = bytes(body[_RANK.size :])
+        if kind == _TASK:
+            return Task(rank, data)
         return Message(rank, data) if kind == _MESSAGE else Output(rank, stream, data)
     if kind == _FATAL:
         return Fatal(body.decode("utf-8", "replace"))

@@ -26,7 +26,7 @@ from .dashboards import StopFlag
 from .errors import LaunchStopped, RankFate
 from .stalls import Finding
 from .supervisor import Starter, Supervisor, WorkerLink
-from .taskpipes import TaskPipes
+from .taskpipes import TaskSender
 from .watch import WhereWatch
 from .wheretable import WhereTable
 
@@ -72,8 +72,8 @@ class LaunchGroup:
             ``monitor_interval`` seconds), e.g. to let a busy Jupyter kernel handle the
             dashboard's Stop click; it may set ``stop_requested``.
         starter: how each worker starts (see :class:`Supervisor`); default a local child.
-        pipes: the task pipes of local workers (None: the ranks cannot be asked where they
-            are, e.g. another host's).
+        pipes: the ranks' task pipes (:class:`TaskPipes` here, ``AgentTasks`` through the
+            hosts' agents; None: the ranks cannot be asked where they are).
         stall_timeout: seconds in one collective that count as a stall (None: no watch).
         on_stall: ``"warn"`` or ``"raise"``.
     """
@@ -90,7 +90,7 @@ class LaunchGroup:
         on_started: Callable[[dict[int, int]], None] | None = None,
         on_wait: Callable[[], None] | None = None,
         starter: Starter | None = None,
-        pipes: TaskPipes | None = None,
+        pipes: TaskSender | None = None,
         stall_timeout: float | None = None,
         on_stall: str = "warn",
     ) -> None:

@@ -13,10 +13,22 @@ import os
 import threading
 from collections.abc import Collection, Iterable
 from multiprocessing.connection import Connection
+from typing import Protocol
 
 from ..spec import WorkerSpec
 
-__all__ = ["TaskPipes"]
+__all__ = ["TaskPipes", "TaskSender"]
+
+
+class TaskSender(Protocol):
+    """What a launch group needs of the ranks' task pipes: the notebook's ends that no forked
+    worker may keep, and a write to some ranks that leaves out ranks already gone. The local
+    kind is :class:`TaskPipes`; ``hostlinks.AgentTasks`` sends through each host's agent."""
+
+    @property
+    def write_fds(self) -> tuple[int, ...]: ...
+
+    def send_quietly(self, data: bytes, ranks: Collection[int]) -> None: ...
 
 
 class TaskPipes:
