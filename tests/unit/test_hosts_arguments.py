@@ -19,6 +19,7 @@ from nbaccel.launch.parent.hostwire import (
     Output,
     Ping,
     Signal,
+    Task,
     encode_frame,
 )
 from nbaccel.launch.prefix import format_prefix
@@ -113,6 +114,7 @@ def test_frames_round_trip_after_a_login_banner() -> None:
         Hello("3.11", "2.5.0", "0.1.0", "node1", "10.0.0.1", 29500, 0, 42),
         Job("10.0.0.1", "/w", ["/a"], 10.0, b"\x00specs"),
         Message(3, b"\x80pickled"),
+        Task(2, b"\x80where"),
         Output(2, 1, b"line\n"),
         Output(2, 2, b""),
         Exit(3, -9),
