@@ -247,6 +247,9 @@ print("TOOK", time.monotonic() - t0)
         ended = time.monotonic() - cut_at
         out = str(answer.get("stdout", "")) + str(answer.get("stderr", ""))
         assert "RAISED MachineLostError machine 1 (node2) was lost" in out, answer
+        # where node1's rank was then (node2's cannot answer any more)
+        assert "Where every rank was when node2 was lost:" in out, out
+        assert re.search(r"\n  0 +node1 +running +In \[\d+\], line \d+ +time\.sleep\(600\)", out)
         assert ended < 30, (ended, out)
         # node2's agent hears nothing from the notebook either: it stops its rank by itself
         assert agents_left_after(20) == []

@@ -41,6 +41,7 @@ from .localranks import worker_env
 from .relay import OutputRelay
 from .render import cell_renderer
 from .supervisor import WorkerLink
+from .watch import where_note
 
 __all__ = ["HostsPlan", "check_hello"]
 
@@ -189,12 +190,15 @@ class HostsPlan(LaunchPlan):
         lost = [agent for agent in agents if agent.lost]
         if lost:
             agent = lost[0]
-            raise MachineLostError(
+            message = (
                 f"machine {agent.index} ({agent.target.entry}) was lost: {agent.lost}. The "
                 "ranks on every other machine were stopped. Check the machine and the network, "
-                "then run the cell again.",
-                agent.index,
+                "then run the cell again."
             )
+            if outcome.where is not None or outcome.findings:
+                when = f"when {agent.target.entry} was lost"
+                message += "\n\n" + where_note(outcome.where, when, outcome.findings)
+            raise MachineLostError(message, agent.index)
         return self._results(outcome, specs, 0, None)
 
     def _spec(
