@@ -134,18 +134,28 @@ class TaskInbox:
         self._conn = Connection(fd, writable=False)
         self._answer_where = answer_where
         self._queue: queue.Queue[Task | None] = queue.Queue()
+        self._closed = False
         self._thread = threading.Thread(target=self._read, name="nbaccel-task-inbox", daemon=True)
         self._thread.start()
 
     def _read(self) -> None:
         while True:
             try:
-                message = decode_for_worker(self._conn.recv_bytes())
-            except (EOFError, OSError):
+                data = self._conn.recv_bytes()
+            except (EOFError, OSError, ValueError):  # ValueError: closed here meanwhile
                 self._queue.put(None)  # the parent went away: as a Stop
                 return
+            if self._closed:  # the worker is ending: nothing more is answered or queued
+                continue
+            message = decode_for_worker(data)
             if isinstance(message, AskWhere):
-                self._answer_where(message)
+                try:
+                    self._answer_where(message)
+                except Exception:
+                    # the rank is on its way out (its channel closed, the interpreter ends):
+                    # the launcher counts a missing answer as "no answer"; a rank's own output
+                    # must never get a traceback of this thread
+                    continue
             elif isinstance(message, Task):
                 self._queue.put(message)
             else:  # Stop
@@ -161,7 +171,14 @@ class TaskInbox:
             yield task
 
     def close(self) -> None:
-        """Close the pipe (the reader thread ends with it)."""
+        """The worker is done with its pipe. Closed here only once the reader thread has
+        ended (a pool's Stop, the parent gone): closing a descriptor another thread is blocked
+        reading lets a new file take its number, which that read would then consume. A
+        launched rank's reader still waits: it drops what comes and the descriptor closes
+        with the process."""
+        self._closed = True
+        if self._thread.is_alive():
+            return
         try:
             self._conn.close()
         except OSError:
