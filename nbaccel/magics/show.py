@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 from typing import Any
+
+from ..tables import html_table, text_table
 
 __all__ = ["RankValues", "StatusTable", "cell_value"]
 
@@ -92,19 +93,7 @@ class StatusTable:
         return table
 
     def __repr__(self) -> str:
-        table = self.cells()
-        widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS))]
-        return "\n".join(_join(row, widths).rstrip() for row in table)
+        return text_table(self.cells())
 
     def _repr_html_(self) -> str:
-        table = self.cells()
-        head = "".join(f"<th>{html.escape(text)}</th>" for text in table[0])
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(text)}</td>" for text in row) + "</tr>"
-            for row in table[1:]
-        )
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _join(row: list[str], widths: list[int]) -> str:
-    return "  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True))
+        return html_table(self.cells())

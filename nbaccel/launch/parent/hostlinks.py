@@ -20,7 +20,6 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Collection
 from multiprocessing import Pipe
 
 from ..hostargs import HostTarget
@@ -39,12 +38,11 @@ from .hostwire import (
     Ping,
     Signal,
     Started,
-    Task,
     encode_frame,
 )
 from .processes import close_link
 
-__all__ = ["AGENT_MODULE", "AgentLink", "AgentTasks", "HostError", "RemoteLink", "ssh_argv"]
+__all__ = ["AGENT_MODULE", "AgentLink", "HostError", "RemoteLink", "ssh_argv"]
 
 _BEAT_S = 1.0
 _KILL_WAIT_S = 10.0
@@ -385,24 +383,6 @@ class AgentLink:
             if pipe is not None:
                 with contextlib.suppress(OSError):
                     pipe.close()
-
-
-class AgentTasks:
-    """The task pipes of remote ranks (a ``TaskSender``): each write travels to the rank's
-    agent as a :class:`Task` frame and the agent writes it into the rank's pipe there."""
-
-    def __init__(self, agent_of: dict[int, AgentLink]) -> None:
-        self.agent_of = agent_of
-
-    @property
-    def write_fds(self) -> tuple[int, ...]:
-        return ()  # nothing local for a forked worker to keep out
-
-    def send_quietly(self, data: bytes, ranks: Collection[int]) -> None:
-        for rank in ranks:
-            agent = self.agent_of.get(rank)
-            if agent is not None and agent.lost is None:
-                agent.send(Task(rank, data))
 
 
 def ssh_argv(target: HostTarget, python: str, connect_timeout: float) -> list[str]:

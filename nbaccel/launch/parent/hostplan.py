@@ -9,7 +9,7 @@
 4. The launch group runs the ranks through ``RemoteLink``s (the supervisor's ``starter``);
    their output reaches the cell through the relay, prefixed with host and rank.
 5. A machine lost mid-run ends the launch with ``MachineLostError`` naming it.
-6. "Where are you?" reaches each rank through its agent (``hostlinks.AgentTasks``, a
+6. "Where are you?" reaches each rank through its agent (``AgentTasks`` below, a
    ``Task`` frame written into the rank's task pipe there); the answers come back with its
    messages, so stalls and the where table cover every host's ranks.
 """
@@ -21,6 +21,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -34,8 +35,8 @@ from ..slurmhosts import srun_argv
 from ..spec import WorkerMode, WorkerSpec
 from ..wire import dumps_for_worker
 from .attempt import LaunchPlan
-from .hostlinks import AgentLink, AgentTasks, HostError, RemoteLink, ssh_argv
-from .hostwire import Hello, Job
+from .hostlinks import AgentLink, HostError, RemoteLink, ssh_argv
+from .hostwire import Hello, Job, Task
 from .launchgroup import LaunchGroup
 from .localranks import worker_env
 from .relay import OutputRelay
@@ -240,6 +241,24 @@ class HostsPlan(LaunchPlan):
         )
         spec.function, spec.args, spec.kwargs = self.function, self.args, self.kwargs
         return spec
+
+
+class AgentTasks:
+    """The task pipes of remote ranks (a ``TaskSender``): each write travels to the rank's
+    agent as a :class:`Task` frame and the agent writes it into the rank's pipe there."""
+
+    def __init__(self, agent_of: dict[int, AgentLink]) -> None:
+        self.agent_of = agent_of
+
+    @property
+    def write_fds(self) -> tuple[int, ...]:
+        return ()  # nothing local for a forked worker to keep out
+
+    def send_quietly(self, data: bytes, ranks: Collection[int]) -> None:
+        for rank in ranks:
+            agent = self.agent_of.get(rank)
+            if agent is not None and agent.lost is None:
+                agent.send(Task(rank, data))
 
 
 def _with_devices(

@@ -23,7 +23,7 @@ __all__ = ["TaskPipes", "TaskSender"]
 class TaskSender(Protocol):
     """What a launch group needs of the ranks' task pipes: the notebook's ends that no forked
     worker may keep, and a write to some ranks that leaves out ranks already gone. The local
-    kind is :class:`TaskPipes`; ``hostlinks.AgentTasks`` sends through each host's agent."""
+    kind is :class:`TaskPipes`; ``hostplan.AgentTasks`` sends through each host's agent."""
 
     @property
     def write_fds(self) -> tuple[int, ...]: ...

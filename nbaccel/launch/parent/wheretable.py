@@ -20,12 +20,12 @@ waiting all show this table. Each row is a plain dict:
 
 from __future__ import annotations
 
-import html
 import linecache
 import os
 from collections.abc import Sequence
 from typing import Any
 
+from ...tables import html_table, text_table
 from ..location import CollectiveCall, RankWhere, SourceLine
 from ..states import WorkerPhase
 
@@ -173,12 +173,7 @@ class WhereTable(list[dict[str, Any]]):
 
     def text(self, indent: str = "") -> str:
         """The table as aligned plain text."""
-        table = self.cells()
-        widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS))]
-        return "\n".join(
-            indent + "  ".join(t.ljust(w) for t, w in zip(row, widths, strict=True)).rstrip()
-            for row in table
-        )
+        return text_table(self.cells(), indent)
 
     def __str__(self) -> str:
         return self.text()
@@ -187,13 +182,7 @@ class WhereTable(list[dict[str, Any]]):
         printer.text(self.text())
 
     def _repr_html_(self) -> str:
-        table = self.cells()
-        head = "".join(f"<th>{html.escape(text)}</th>" for text in table[0])
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(text)}</td>" for text in row) + "</tr>"
-            for row in table[1:]
-        )
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        return html_table(self.cells())
 
     @classmethod
     def of(cls, rows: Sequence[dict[str, Any]]) -> WhereTable:
