@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import tempfile
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +22,8 @@ from typing import Any
 import psutil
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
+
+from tests.support.snapshot import ProcessSnapshot
 
 __all__ = [
     "BANNER",
@@ -406,38 +407,3 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
         time.sleep(0.05)
         alive = pids_alive(alive)
     return alive
-
-
-@dataclass(frozen=True)
-class ProcessSnapshot:
-    """The resources of one process that a launch must give back."""
-
-    children: frozenset[int]
-    fds: int
-    threads: int
-    listening: frozenset[tuple[str, int]]
-    temp_entries: frozenset[str]
-
-    @classmethod
-    def take(cls, pid: int, temp_dir: str | None = None) -> ProcessSnapshot:
-        process = psutil.Process(pid)
-        listening = frozenset(
-            (c.laddr.ip, c.laddr.port)
-            for c in process.net_connections(kind="inet")
-            if c.status == psutil.CONN_LISTEN
-        )
-        return cls(
-            children=frozenset(p.pid for p in process.children(recursive=True)),
-            fds=len(os.listdir(f"/proc/{pid}/fd")),
-            threads=process.num_threads(),
-            listening=listening,
-            temp_entries=frozenset(os.listdir(temp_dir or tempfile.gettempdir())),
-        )
-
-    def assert_same(self, after: ProcessSnapshot) -> None:
-        """Assert that ``after`` holds exactly what this snapshot held."""
-        assert after.children == self.children, "child processes left behind"
-        assert after.fds == self.fds, "file descriptors leaked"
-        assert after.threads == self.threads, "threads left behind"
-        assert after.listening == self.listening, "listening sockets left open"
-        assert after.temp_entries == self.temp_entries, "temporary files left behind"
