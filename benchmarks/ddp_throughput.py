@@ -173,6 +173,7 @@ def worker(local_rank: int, port: int, result_path: str, subject: str, config: A
         )
     dist.barrier()
     dist.destroy_process_group()
+    harness.leave_rank()
 
 
 # -- the parent: alternate subjects, summarise, report ----------------------------------------

@@ -11,6 +11,7 @@ import re
 import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -144,6 +145,16 @@ def launch_ranks(
         with open(result_path, encoding="utf-8") as handle:
             result: dict[str, Any] = json.load(handle)
     return result
+
+
+def leave_rank() -> None:
+    """End a rank of :func:`launch_ranks` now that its group is destroyed, without freeing
+    its objects: a DDP model freed after ``destroy_process_group`` frees the gloo process
+    group from its reducer's destructor while holding the GIL, and that destructor joins a
+    gloo thread that waits for the GIL (seen as a rank that never exits)."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(0)
 
 
 def write_result(path: str, payload: dict[str, Any]) -> None:

@@ -42,7 +42,7 @@ class HostsSettings:
         cwd: the ranks' working directory on every host (None: this kernel's).
         env: extra variables for every rank.
         connect_timeout: seconds ssh may take to reach a host.
-        cpu: ``cpu=True`` was passed (else the hosts' GPUs decide, see ``hostplan.py``).
+        cpu: ``cpu=True`` was passed (else the hosts' GPUs decide, see ``hoststart.py``).
         slurm_job: ``hosts="slurm"``: the job whose nodes ``targets`` are; the agents start as
             its steps with srun instead of over ssh.
     """

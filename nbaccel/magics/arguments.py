@@ -15,6 +15,8 @@ __all__ = ["LINE_USAGE", "parse_cell_line", "parse_line", "parse_ranks"]
 LINE_USAGE = """\
 %nbaccel start -n N [--mixed_precision no|fp16|bf16|fp8] [--start_method auto|fork|spawn] [--cpu]
                [--timeout S] [--stall_timeout S|none] [--on_stall warn|raise]
+               [--hosts node1,node2|slurm [--python PATH] [--cwd DIR] [--connect_timeout S]]
+                     (-n ranks on each host, started over ssh or in the SLURM allocation)
 %nbaccel status      the pool's ranks: pid, state, current cell, memory, device
 %nbaccel where       every rank's line and the collective it waits in (pool or launch)
 %nbaccel restart     a fresh process group (every rank's namespace is emptied)
@@ -44,6 +46,10 @@ def _line_parser() -> _Parser:
     start.add_argument("--timeout", type=float, default=None)
     start.add_argument("--stall_timeout", type=_seconds_or_none, default=DEFAULT_STALL_TIMEOUT)
     start.add_argument("--on_stall", default=None)
+    start.add_argument("--hosts", type=_hosts, default=None)
+    start.add_argument("--python", default=None)
+    start.add_argument("--cwd", default=None)
+    start.add_argument("--connect_timeout", type=float, default=None)
     for name in ("status", "where", "restart", "stop"):
         commands.add_parser(name, prog=f"%nbaccel {name}", add_help=False)
     auto = commands.add_parser("auto", prog="%nbaccel auto", add_help=False)
@@ -56,6 +62,14 @@ def _seconds_or_none(text: str) -> float | None:
     if text.strip().lower() in ("none", "off"):
         return None
     return float(text)
+
+
+def _hosts(text: str) -> list[str] | str:
+    """``--hosts node1,node2`` (a list) or ``--hosts slurm``; the entries are checked with the
+    pool's other arguments."""
+    if text.strip().lower() == "slurm":
+        return "slurm"
+    return [entry.strip() for entry in text.split(",")]
 
 
 def _split(line: str, prog: str) -> list[str]:

@@ -63,11 +63,16 @@ class PoolMagics(Magics):
                 timeout=options.timeout,
                 stall_timeout=options.stall_timeout,
                 on_stall=options.on_stall,
+                hosts=options.hosts,
+                python=options.python,
+                cwd=options.cwd,
+                connect_timeout=options.connect_timeout,
             )
         except (ValueError, TypeError) as err:  # a bad value: say it as a usage error
             raise UsageError(f"%nbaccel start: {err}\nusage:\n{LINE_USAGE}") from None
         self.pool = pool
-        print(f"nbaccel: a pool of {options.num_processes} processes is ready.")
+        on = f" on {', '.join(pool.hosts)}" if pool.hosts is not None else ""
+        print(f"nbaccel: a pool of {pool.world_size} processes{on} is ready.")
 
     def _status(self, options: argparse.Namespace) -> Any:
         return StatusTable(self._require("status").status())

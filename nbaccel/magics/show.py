@@ -75,14 +75,20 @@ class StatusTable:
         self.rows = [dict(row) for row in rows]
 
     def cells(self) -> list[list[str]]:
-        """The table's rows as text, with the header first."""
-        table = [["rank", "pid", "state", "current cell", "memory", "device"]]
+        """The table's rows as text, with the header first (a ``host`` column for a pool on
+        other machines)."""
+        hosts = any("host" in row for row in self.rows)
+        header = ["rank", "host"] if hosts else ["rank"]
+        table = [[*header, "pid", "state", "current cell", "memory", "device"]]
         for row in self.rows:
             cell = row.get("cell", row.get("current_cell"))
             rss = row.get("rss", row.get("rss_bytes"))
+            first = [str(row.get("rank", ""))]
+            if hosts:
+                first.append(str(row.get("host") or ""))
             table.append(
                 [
-                    str(row.get("rank", "")),
+                    *first,
                     str(row.get("pid", "")),
                     str(row.get("state", "")),
                     _cell_text(cell),

@@ -6,6 +6,27 @@ from __future__ import annotations
 
 from tests.hosts.login_kernel import LoginKernel
 
+# A notebook closure that all-reduces across every host and says where it ran; ``EXTRA`` is
+# one more value each rank returns (an expression of the cell's own).
+CLOSURE = """
+def make(scale):
+    def train(x):
+        import torch, torch.distributed as dist
+        from nbaccel import PartialState
+        state = PartialState()
+        t = torch.tensor([float(state.process_index + 1)])
+        dist.all_reduce(t)
+        extra = EXTRA
+        print(f"hello from {socket.gethostname()} as {state.process_index}", flush=True)
+        return socket.gethostname(), state.process_index, float(t) * scale * x, *extra
+    return train
+"""
+
+
+def closure(extra: str = "()") -> str:
+    """:data:`CLOSURE` whose ranks also return the values of the tuple ``extra``."""
+    return CLOSURE.replace("EXTRA", extra)
+
 
 def check_a_rank_failing_on_node2(kernel: LoginKernel, hosts: str, left: str, nothing: str) -> None:
     """Rank 3 raises on node2 while the others sleep: its own exception reaches the cell,

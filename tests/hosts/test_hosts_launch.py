@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.hosts.bed import HostBed
-from tests.hosts.launches import check_a_rank_failing_on_node2, check_an_interrupt
+from tests.hosts.launches import check_a_rank_failing_on_node2, check_an_interrupt, closure
 from tests.hosts.login_kernel import AGENT, LoginKernel, agents_left_after
 
 SETUP = """
@@ -51,18 +51,8 @@ def kernel(host_bed: HostBed, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 def test_closure_runs_on_every_host_in_rank_order(kernel: LoginKernel, host_bed: HostBed) -> None:
     out = kernel.ok(
-        """
-def make(scale):
-    def train(x):
-        import torch, torch.distributed as dist
-        from nbaccel import PartialState
-        state = PartialState()
-        t = torch.tensor([float(state.process_index + 1)])
-        dist.all_reduce(t)
-        print(f"hello from {socket.gethostname()} as {state.process_index}", flush=True)
-        return socket.gethostname(), state.process_index, float(t) * scale * x
-    return train
-
+        closure()
+        + """
 results = notebook_launcher(make(2.0), (1.5,), num_processes=2, hosts=["node1", "node2"])
 print("RESULTS", results)
 print("LEFT", gone())

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.hosts.bed import HostBed
-from tests.hosts.launches import check_a_rank_failing_on_node2, check_an_interrupt
+from tests.hosts.launches import check_a_rank_failing_on_node2, check_an_interrupt, closure
 from tests.hosts.login_kernel import AGENT, LoginKernel, agents_left_after
 
 SETUP = """
@@ -43,19 +43,9 @@ def kernel(host_bed: HostBed, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 def test_the_allocations_nodes_run_the_ranks_in_order(kernel: LoginKernel) -> None:
     out = kernel.ok(
-        """
-def make(scale):
-    def train(x):
-        import torch, torch.distributed as dist
-        from nbaccel import PartialState
-        state = PartialState()
-        t = torch.tensor([float(state.process_index + 1)])
-        dist.all_reduce(t)
-        steps = len(left()[1])  # the two agents' steps, as squeue lists them meanwhile
-        print(f"hello from {socket.gethostname()} as {state.process_index}", flush=True)
-        return socket.gethostname(), state.process_index, float(t) * scale * x, steps
-    return train
-
+        # the two agents' steps, as squeue lists them meanwhile
+        closure("(len(left()[1]),)")
+        + """
 results = notebook_launcher(make(2.0), (1.5,), num_processes=2, hosts="slurm")
 print("RESULTS", results)
 print("LEFT", left())
@@ -78,6 +68,25 @@ def test_a_rank_raising_on_node2_raises_in_the_cell_and_ends_the_steps(
 
 def test_an_interrupt_stops_every_step(kernel: LoginKernel) -> None:
     check_an_interrupt(kernel, '"slurm"', "left()", "([], [])")
+
+
+def test_a_pool_on_the_allocation_keeps_its_steps_until_shutdown(kernel: LoginKernel) -> None:
+    """``%nbaccel start --hosts slurm``: one step per node for the pool's life, warm
+    namespaces on both nodes, and no step once the pool stops."""
+    out = kernel.ok(
+        """
+%load_ext nbaccel
+%nbaccel start -n 1 --hosts slurm --cpu
+"""
+    )
+    assert "a pool of 2 processes on node1, node2 is ready" in out, out
+    kernel.ok("%%nbaccel\nimport socket\nhere = socket.gethostname()")
+    out = kernel.ok("%%nbaccel\nprint('on', here, rank)")
+    assert "[node1 rank0]: on node1 0\n" in out and "[node2 rank1]: on node2 1\n" in out, out
+    out = kernel.ok("print('STEPS', len(left()[1]))")
+    assert "STEPS 2" in out, out  # the pool's agents run as steps of the job between cells
+    out = kernel.ok("%nbaccel stop\ntime.sleep(1)\nprint('LEFT', left())")
+    assert "LEFT ([], [])" in out, out
 
 
 def test_outside_an_allocation_the_error_says_how_to_get_one(host_bed: HostBed) -> None:

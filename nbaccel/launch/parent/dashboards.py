@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
+from ..config import LaunchConfig
+
 __all__ = [
     "Board",
     "Dashboard",
@@ -97,6 +99,23 @@ class Board:
     @property
     def release_messages(self) -> Callable[[], None] | None:
         return cast("Callable[[], None] | None", self._hook("release_messages"))
+
+    def begin(self, config: LaunchConfig) -> None:
+        """Tell the dashboard the ranks it shows: every rank of every host (``hosts=``), with
+        its host; else this machine's (and, on several machines, where the others are)."""
+        shown = self.dashboard
+        if config.hosts is not None:
+            shown.begin(config.world_size, 0)
+            if self.set_hosts is not None:
+                per_host = config.num_processes
+                self.set_hosts(
+                    {r: config.hosts.host_of(r, per_host) for r in range(config.world_size)}
+                )
+            return
+        shown.begin(config.num_processes, config.node_rank * config.num_processes)
+        if config.multi_node and self.set_machines is not None:  # the others show their own
+            fixed = config.rdzv_backend == "static"
+            self.set_machines(config.node_rank, config.num_nodes, config.num_processes, fixed)
 
 
 def register_dashboard_factory(factory: DashboardFactory) -> None:

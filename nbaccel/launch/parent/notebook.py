@@ -140,18 +140,7 @@ def notebook_launcher(
     if board is None:
         return _dispatch(function, call_args, call_kwargs, config, on_event, None)
     shown = board.dashboard
-    if config.hosts is not None:  # every rank of every host reports to this dashboard
-        shown.begin(config.world_size, 0)
-        if board.set_hosts is not None:
-            per_host = config.num_processes
-            board.set_hosts(
-                {r: config.hosts.host_of(r, per_host) for r in range(config.world_size)}
-            )
-    else:
-        shown.begin(config.num_processes, config.node_rank * config.num_processes)
-    if config.multi_node and board.set_machines is not None:  # the others report in their cells
-        fixed = config.rdzv_backend == "static"
-        board.set_machines(config.node_rank, config.num_nodes, config.num_processes, fixed)
+    board.begin(config)
     try:
         results = _dispatch(function, call_args, call_kwargs, config, shown.chain(on_event), board)
     except BaseException as exc:

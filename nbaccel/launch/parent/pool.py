@@ -32,6 +32,7 @@ from .poolerrors import (
     task_states,
 )
 from .poolgroup import PoolGroup, RankDied, RanksStuck, close_groups_quietly, weak_forward
+from .poolhosts import HostsPoolGroup
 from .poolstatus import RankBook, select_ranks, values_of
 from .watch import stall_error
 from .wheretable import WhereTable
@@ -71,8 +72,12 @@ class WorkerPool:
         on_stall: ``"warn"`` (the call goes on) or ``"raise"`` (:class:`StallError`; the
             group restarts, every namespace is lost).
 
-    A pool runs on this machine's ranks only; ``docs/architecture.md`` says where the ranks of
-    other hosts would plug into its supervisor.
+    On other machines (``docs/multihost.md``): ``hosts=["node1", "node2"]`` (or ``"slurm"``)
+    runs ``num_processes`` ranks on each, started over ssh or as steps of the SLURM job, as
+    ``notebook_launcher(hosts=...)`` does; ``python=``, ``cwd=``, ``env=`` and
+    ``connect_timeout=`` mean what they mean there, and ``node_timeout=`` (default 60) is the
+    seconds of silence after which a machine counts as lost (``MachineLostError``; the pool
+    is broken until ``restart()``). Every call reaches every rank of every host.
     """
 
     def __init__(
@@ -93,6 +98,12 @@ class WorkerPool:
         on_event: Callable[[Any], None] | None = None,
         stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
         on_stall: str | None = None,
+        hosts: list[str] | str | bool | None = None,
+        python: str | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        connect_timeout: float | None = None,
+        node_timeout: float = 60.0,
     ) -> None:
         if on_event is not None and not callable(on_event):
             raise TypeError(f"on_event must be callable or None, got {type(on_event).__name__}.")
@@ -111,6 +122,12 @@ class WorkerPool:
             rendezvous_timeout=self.start_timeout,
             stall_timeout=stall_timeout,
             on_stall=on_stall,
+            hosts=hosts,
+            python=python,
+            cwd=cwd,
+            env=env,
+            connect_timeout=connect_timeout,
+            node_timeout=node_timeout,
         )
         if self.config.accelerator == "xla":
             raise ValueError(
@@ -118,7 +135,10 @@ class WorkerPool:
                 "cpu=True for a pool of CPU processes."
             )
         refuse_existing_state()
-        self.method = choose_start_method(self.config.start_method, self.config.debug)
+        remote = self.config.hosts is not None  # each host's agent forks its ranks
+        self.method = (
+            "fork" if remote else choose_start_method(self.config.start_method, self.config.debug)
+        )
         self._user_on_event = on_event
         self._board = open_dashboard(dashboard)
         self._group: PoolGroup | None = None
@@ -129,9 +149,14 @@ class WorkerPool:
         self._state = PoolState.STARTING
         self._problem = ""
         self._book = RankBook()
+        if self.config.hosts is not None:
+            placed = self.config.hosts
+            ranks = range(self.config.world_size)
+            self._book.hosts = {r: placed.host_of(r, self.num_processes) for r in ranks}
         if self._board is not None:
-            self._board.dashboard.begin(self.config.num_processes, 0)
-        print(banner(self.config, self.method, verb="Starting a pool of"), flush=True)
+            self._board.begin(self.config)
+        if not remote:  # on hosts, the group says it once their agents have answered
+            print(banner(self.config, self.method, verb="Starting a pool of"), flush=True)
         try:
             self._start()
         except BaseException as exc:
@@ -143,8 +168,19 @@ class WorkerPool:
     # -- the public calls --------------------------------------------------------------------
     @property
     def num_processes(self) -> int:
-        """Ranks of the pool."""
+        """Ranks on each machine (on this one, without ``hosts=``)."""
         return self.config.num_processes
+
+    @property
+    def world_size(self) -> int:
+        """Ranks of the pool, over every machine."""
+        return self.config.world_size
+
+    @property
+    def hosts(self) -> list[str] | None:
+        """The machines of ``hosts=`` in order (None: the ranks run on this machine)."""
+        hosts = self.config.hosts
+        return [t.entry for t in hosts.targets] if hosts is not None else None
 
     @property
     def dashboard(self) -> Any:
@@ -208,7 +244,7 @@ class WorkerPool:
         ``stopped``, ``closed``), ``cell`` (the task running now, else None), ``last_cell``,
         ``rss`` (bytes), ``device``; ``error`` says why when the pool is broken."""
         self._notice_death()
-        return self._book.rows(self.num_processes, self._state, self._problem)
+        return self._book.rows(self.world_size, self._state, self._problem)
 
     def where(self) -> WhereTable:
         """Where every rank is now: one dict per rank (docs/pool.md), shown as a table; also
@@ -218,7 +254,7 @@ class WorkerPool:
     def restart(self) -> None:
         """Stop every worker and start new ones (a new group; every namespace is lost)."""
         self._close_group()
-        print(f"nbaccel: restarting the pool's {self.num_processes} processes.", flush=True)
+        print(f"nbaccel: restarting the pool's {self.world_size} processes.", flush=True)
         self._start()
 
     def shutdown(self) -> None:
@@ -240,7 +276,8 @@ class WorkerPool:
         self.shutdown()
 
     def __repr__(self) -> str:
-        return f"WorkerPool(num_processes={self.num_processes}, state={str(self._state)!r})"
+        on = f", hosts={self.hosts}" if self.hosts is not None else ""
+        return f"WorkerPool(num_processes={self.num_processes}{on}, state={str(self._state)!r})"
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _start(self) -> None:
@@ -251,7 +288,8 @@ class WorkerPool:
         if self._board is not None:
             on_event = self._board.dashboard.chain(on_event)
             line_sink = self._board.line_sink
-        group = PoolGroup(self.config, self.method, self._generation, on_event, line_sink)
+        kind = HostsPoolGroup if self.config.hosts is not None else PoolGroup
+        group = kind(self.config, self.method, self._generation, on_event, line_sink)
         self._holder[:] = [group]
         try:
             group.start(self.start_timeout)
@@ -270,10 +308,11 @@ class WorkerPool:
         self._book.pids = group.pids()
         self._book.current.clear()
         self._state = PoolState.READY
-        if self._board is not None and self._board.set_pids is not None:
+        remote = self.config.hosts is not None  # their pids are another machine's
+        if self._board is not None and self._board.set_pids is not None and not remote:
             self._board.set_pids(group.pids())
         self._emit(PoolStateEvent(rank=-1, state=PoolState.READY))
-        for rank in range(self.num_processes):
+        for rank in range(self.world_size):
             self._emit(TaskEvent(rank=rank, state=TaskState.IDLE))
 
     def _close_group(self, grace: float | None = None) -> None:
@@ -315,7 +354,7 @@ class WorkerPool:
         return self._group
 
     def _submit(self, task: Any, ranks: int | Iterable[int] | None) -> dict[int, TaskReply]:
-        chosen = select_ranks(ranks, self.num_processes)
+        chosen = select_ranks(ranks, self.world_size)
         message = encode_task(task)
         group = self._usable()
         for rank in chosen:
@@ -363,7 +402,7 @@ class WorkerPool:
             self._emit(TaskEvent(rank=rank, state=state, label=task.label, task_id=task.task_id))
         if interrupted:
             raise interrupted_error(task.label, stop)
-        raise_first_error(replies)
+        raise_first_error(replies, self._book.hosts)
         return replies
 
     def _stuck(self, stuck: RanksStuck, label: str) -> BaseException:
@@ -374,7 +413,7 @@ class WorkerPool:
         limit = self.config.timeout if stuck.reason == "timeout" else self.grace_period
         text = stuck_message(stuck.ranks, label, limit, stuck.reason, where)
         text += self._restart_after(f"rank(s) {stuck.ranks} were stuck")
-        return stuck_error(stuck.reason, text, stuck.replies)
+        return stuck_error(stuck.reason, text, stuck.replies, self._book.hosts)
 
     def _restart_after(self, reason: str) -> str:
         """Restart the group; the sentence that tells the user what was lost."""

@@ -68,9 +68,20 @@ class TaskTimeoutError(TimeoutError):
     """A task ran past the pool's ``timeout``; the pool restarted its group."""
 
 
-def first_error(replies: dict[int, TaskReply]) -> BaseException | None:
+def first_error(
+    replies: dict[int, TaskReply], hosts: dict[int, str] | None = None
+) -> BaseException | None:
+    """The first failing rank's own exception (with every rank's fate), or None; ``hosts``:
+    the machine of each rank of a pool on other machines."""
+    hosts = hosts or {}
     fates = [
-        RankFate(r, r, state=Fate.RAISED if rep.error else Fate.RETURNED, error=rep.error)
+        RankFate(
+            r,
+            r,
+            state=Fate.RAISED if rep.error else Fate.RETURNED,
+            error=rep.error,
+            host=hosts.get(r, ""),
+        )
         for r, rep in sorted(replies.items())
     ]
     for fate in fates:
@@ -79,8 +90,8 @@ def first_error(replies: dict[int, TaskReply]) -> BaseException | None:
     return build_error(cause, fates) if cause is not None else None
 
 
-def raise_first_error(replies: dict[int, TaskReply]) -> None:
-    error = first_error(replies)
+def raise_first_error(replies: dict[int, TaskReply], hosts: dict[int, str] | None = None) -> None:
+    error = first_error(replies, hosts)
     if error is not None:
         raise error
 
@@ -158,11 +169,13 @@ def task_states(replies: dict[int, TaskReply], interrupted: bool) -> dict[int, T
     }
 
 
-def stuck_error(reason: str, text: str, replies: dict[int, TaskReply]) -> BaseException:
+def stuck_error(
+    reason: str, text: str, replies: dict[int, TaskReply], hosts: dict[int, str] | None = None
+) -> BaseException:
     """The exception a call raises when ranks were stuck (``text`` says where and what was
     lost): the failed rank's own error, a :class:`TaskTimeoutError` or a KeyboardInterrupt."""
     if reason == "a peer failed":
-        error = first_error(replies)
+        error = first_error(replies, hosts)
         if error is not None:
             add_note(error, text)
             return error

@@ -34,11 +34,18 @@ from .launchgroup import raised_in
 from .localranks import LocalRanks, worker_env
 from .stalls import Finding
 from .supervisor import Supervisor, WorkerLink
-from .taskpipes import TaskPipes
+from .taskpipes import TaskPipes, TaskSender
 from .watch import WhereWatch
 from .wheretable import WhereTable
 
-__all__ = ["PoolGroup", "RankDied", "RanksStuck", "close_groups_quietly", "weak_forward"]
+__all__ = [
+    "CurrentStream",
+    "PoolGroup",
+    "RankDied",
+    "RanksStuck",
+    "close_groups_quietly",
+    "weak_forward",
+]
 
 _POLL_S = 0.05
 
@@ -70,7 +77,7 @@ class RanksStuck(Exception):
         self.stalled = stalled
 
 
-class _Current:
+class CurrentStream:
     """``sys.stdout`` or ``sys.stderr`` as it is at each write: a pool outlives the cell it
     was started in, so its ranks' lines go where the running call's own output goes."""
 
@@ -108,12 +115,12 @@ class PoolGroup:
         self.generation = generation
         self.user_on_event = on_event
         self.line_sink = line_sink
-        self.ranks = list(range(config.num_processes))
+        self.ranks = list(range(config.world_size))
         self.host: StoreHost | None = None
         self.local: LocalRanks | None = None
         self.on_event = on_event
         self.supervisor: Supervisor | None = None
-        self.pipes = TaskPipes(self.ranks)
+        self.pipes: TaskSender = self._task_pipes()
         self.replies: dict[int, TaskReply] = {}
         self.ready: dict[int, Ready] = {}
         self.crashed: dict[int, RemoteException] = {}
@@ -127,6 +134,14 @@ class PoolGroup:
             config.on_stall,
         )
 
+    def _task_pipes(self) -> TaskSender:
+        """One pipe per local rank (another host's ranks get theirs through its agent)."""
+        return TaskPipes(self.ranks)
+
+    def host_of(self, rank: int) -> str:
+        """The ``hosts=`` entry that runs ``rank`` (empty: this machine)."""
+        return ""
+
     # -- start -------------------------------------------------------------------------------
     def start(self, timeout: float) -> None:
         """Start every worker and wait (up to ``timeout`` s) until each has joined the group."""
@@ -134,22 +149,24 @@ class PoolGroup:
         config = self.config
         wait_for = timedelta(seconds=config.rendezvous_timeout)
         self.host = StoreHost(LOOPBACK, config.use_port or 0, config.world_size, wait_for)
-        streams = (cast(TextIO, _Current("stdout")), cast(TextIO, _Current("stderr")))
+        streams = (cast(TextIO, CurrentStream("stdout")), cast(TextIO, CurrentStream("stderr")))
         self.local = local = LocalRanks.prepare(
             config, self.method, self.user_on_event, self.line_sink, streams
         )
         self.on_event = local.on_event
+        pipes = self.pipes
+        assert isinstance(pipes, TaskPipes)
         specs = []
         for rank in self.ranks:
             env = worker_env(config, rank, rank, self.host.port, self.generation, self.method)
             spec = local.spec(rank, env, WorkerMode.POOL)
-            self.pipes.attach(spec)
+            pipes.attach(spec)
             specs.append(spec)
-        self.supervisor = Supervisor(specs, self._on_message, keep_out=self.pipes.write_fds)
+        self.supervisor = Supervisor(specs, self._on_message, keep_out=pipes.write_fds)
         try:
             local.start(self.supervisor)
         finally:
-            self.pipes.close_child_ends()
+            pipes.close_child_ends()
         self._wait_ready(timeout, deadline)
 
     def _wait_ready(self, timeout: float, deadline: float) -> None:
@@ -211,7 +228,7 @@ class PoolGroup:
         fates = []
         for handle in self.handles:
             rank = handle.spec.rank
-            fate = RankFate(rank, rank, exit_code=handle.poll())
+            fate = RankFate(rank, rank, exit_code=handle.poll(), host=self.host_of(rank))
             if handle in dead:
                 error = self.crashed.get(rank)
                 fate.state = (

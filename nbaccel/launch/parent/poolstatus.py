@@ -27,6 +27,7 @@ class RankBook:
     devices: dict[int, str] = dataclasses.field(default_factory=dict)
     pids: dict[int, int] = dataclasses.field(default_factory=dict)
     fates: dict[int, TaskState] = dataclasses.field(default_factory=dict)  # broken: dead/stopped
+    hosts: dict[int, str] = dataclasses.field(default_factory=dict)  # a pool on hosts=[...]
 
     def broken(self, fates: list[RankFate]) -> dict[int, TaskState]:
         """Note how each rank of a generation that broke ended: dead, or stopped with it."""
@@ -42,7 +43,8 @@ class RankBook:
         return "running" if rank in self.current else "idle"
 
     def rows(self, num_processes: int, pool_state: str, problem: str) -> list[dict[str, Any]]:
-        """The rows of ``WorkerPool.status()``."""
+        """The rows of ``WorkerPool.status()`` (on ``hosts=``, each row names its ``host``;
+        ``pid`` is there, and ``rss`` is None: it is measured on this machine only)."""
         live = pool_state in ("ready", "running")
         rows = []
         for rank in range(num_processes):
@@ -53,9 +55,11 @@ class RankBook:
                 "state": self.rank_state(rank, pool_state),
                 "cell": self.current.get(rank),
                 "last_cell": self.last.get(rank),
-                "rss": process_rss(pid) if live else None,
+                "rss": process_rss(pid) if live and not self.hosts else None,
                 "device": self.devices.get(rank),
             }
+            if self.hosts:
+                row["host"] = self.hosts.get(rank)
             if pool_state == "broken":
                 row["error"] = problem
             rows.append(row)

@@ -21,14 +21,19 @@ __all__ = ["TaskPipes", "TaskSender"]
 
 
 class TaskSender(Protocol):
-    """What a launch group needs of the ranks' task pipes: the notebook's ends that no forked
-    worker may keep, and a write to some ranks that leaves out ranks already gone. The local
-    kind is :class:`TaskPipes`; ``hostplan.AgentTasks`` sends through each host's agent."""
+    """What a launch group and a pool need of the ranks' task pipes: the notebook's ends that no
+    forked worker may keep, a write to some ranks (``OSError`` where one is gone), one that
+    leaves out ranks already gone, and the end of every pipe. The local
+    kind is :class:`TaskPipes`; ``hoststart.AgentTasks`` sends through each host's agent."""
 
     @property
     def write_fds(self) -> tuple[int, ...]: ...
 
+    def send(self, data: bytes, ranks: Collection[int]) -> None: ...
+
     def send_quietly(self, data: bytes, ranks: Collection[int]) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class TaskPipes:

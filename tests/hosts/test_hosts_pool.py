@@ -1,0 +1,216 @@
+"""WorkerPool(hosts=[...]) and ``%nbaccel start --hosts`` from a real Jupyter kernel on the bed's
+login machine: warm ranks on node1 and node2 (one agent per host over ssh), every call on every
+rank of every host, errors, interrupts, a lost machine and restarts as on one machine, and
+nothing left behind on any host once the pool ends."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.hosts.bed import HostBed
+from tests.hosts.launches import closure
+from tests.hosts.login_kernel import AGENT, LoginKernel, agents_left_after
+
+SETUP = """
+import socket, time
+from nbaccel import WorkerPool
+
+def gone():
+    # every host: the same process table here, so one pgrep sees node1's and node2's
+    import subprocess
+    found = subprocess.run(["pgrep", "-f", "@AGENT@"], capture_output=True, text=True)
+    return found.stdout.split()
+
+def gone_after(seconds):
+    # a machine cut from the bed: its agent stops its ranks after node_timeout
+    deadline = time.monotonic() + seconds
+    while gone() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return gone()
+""".replace("@AGENT@", AGENT)
+
+
+@pytest.fixture(scope="module")
+def kernel(host_bed: HostBed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoginKernel]:
+    cwd = tmp_path_factory.mktemp("hosts-pool-kernel")
+    kernel = LoginKernel(host_bed, cwd)
+    done = kernel.run(SETUP, timeout=120)
+    assert done["error"] is None, done
+    yield kernel
+    kernel.stop()
+    assert agents_left_after(15) == []
+
+
+@pytest.fixture(scope="module")
+def pool(kernel: LoginKernel) -> Iterator[str]:
+    """A pool of 2 ranks on each of node1 and node2, named ``pool`` in the kernel."""
+    out = kernel.ok('pool = WorkerPool(num_processes=2, hosts=["node1", "node2"], node_timeout=10)')
+    assert "Starting a pool of 4 processes on 2 machines (node1, node2; 2 each) over ssh" in out
+    yield "pool"
+    out = kernel.ok("pool.shutdown(); print('LEFT', gone_after(20))")
+    assert "LEFT []" in out, out
+
+
+def test_calls_reach_every_rank_of_every_host_in_rank_order(kernel: LoginKernel, pool: str) -> None:
+    out = kernel.ok(
+        closure()
+        + """
+print("RESULTS", pool.run(make(2.0), 1.5))
+print("WORLD", pool.world_size, pool.hosts)
+"""
+    )
+    expected = [("node1", 0, 30.0), ("node1", 1, 30.0), ("node2", 2, 30.0), ("node2", 3, 30.0)]
+    assert f"RESULTS {expected}" in out, out
+    assert "WORLD 4 ['node1', 'node2']" in out, out
+    for rank in range(4):
+        node = f"node{1 + rank // 2}"
+        assert f"[{node} rank{rank}]: hello from {node} as {rank}\n" in out, out
+
+
+def test_namespaces_stay_warm_with_push_pull_and_cells(kernel: LoginKernel, pool: str) -> None:
+    out = kernel.ok(
+        """
+pool.push({"scale": 7})
+pool.execute("import socket\\nseen = (socket.gethostname(), scale)")
+print("SEEN", pool.pull("seen"))
+print("LAST", pool.execute("len(seen[0]) + scale", ranks=[1, 3]))
+"""
+    )
+    assert "SEEN [('node1', 7), ('node1', 7), ('node2', 7), ('node2', 7)]" in out, out
+    assert "LAST [12, 12]" in out, out
+
+
+def test_status_and_where_name_each_ranks_host(kernel: LoginKernel, pool: str) -> None:
+    out = kernel.ok(
+        """
+print("STATUS", [(r["rank"], r["host"], r["state"], r["rss"]) for r in pool.status()])
+print("WHERE", [(r["rank"], r["host"], r["state"]) for r in pool.where()])
+"""
+    )
+    status = [(r, f"node{1 + r // 2}", "idle", None) for r in range(4)]
+    assert f"STATUS {status}" in out, out
+    assert f"WHERE {[(r, f'node{1 + r // 2}', 'idle') for r in range(4)]}" in out, out
+
+
+def test_a_rank_raising_on_node2_names_it_and_the_pool_goes_on(
+    kernel: LoginKernel, pool: str
+) -> None:
+    done = kernel.run(
+        """
+def boom():
+    from nbaccel import PartialState
+    if PartialState().process_index == 3:
+        raise ValueError("bad value on node2")
+    return 1
+pool.run(boom)
+"""
+    )
+    error = done["error"]
+    assert error is not None and error["ename"] == "ValueError", done
+    assert "bad value on node2" in error["traceback"], error
+    assert "rank 3 on node2 failed" in error["traceback"], error["traceback"]
+    out = kernel.ok("print('AFTER', pool.state, pool.run(lambda: 2))")
+    assert "AFTER ready [2, 2, 2, 2]" in out, out
+
+
+def test_an_interrupt_reaches_every_host_and_keeps_the_namespaces(
+    kernel: LoginKernel, pool: str
+) -> None:
+    kernel.ok('pool.push({"kept": "yes"})')
+    done = kernel.run(
+        """
+caught = None
+try:
+    pool.run(lambda: time.sleep(600))
+except KeyboardInterrupt as exc:
+    caught = str(exc)
+""",
+        timeout=15,  # the driver interrupts the kernel then
+    )
+    assert done["status"] == "timeout", done
+    out = kernel.ok("print('CAUGHT', caught); print('KEPT', pool.pull('kept'), pool.state)")
+    assert "was interrupted on every rank; the pool is up and every namespace is kept" in out
+    assert "KEPT ['yes', 'yes', 'yes', 'yes'] ready" in out, out
+
+
+def test_the_magics_start_a_pool_on_the_hosts(kernel: LoginKernel) -> None:
+    out = kernel.ok("%load_ext nbaccel\n%nbaccel start -n 1 --hosts node1,node2 --cpu")
+    assert "nbaccel: a pool of 2 processes on node1, node2 is ready." in out, out
+    out = kernel.ok("%%nbaccel\nimport socket\nprint('on', socket.gethostname(), rank)")
+    assert "[node1 rank0]: on node1 0\n" in out and "[node2 rank1]: on node2 1\n" in out, out
+    out = kernel.ok("%nbaccel status")
+    assert re.search(r"\n1 +node2 +\d+ +idle", out), out
+    kernel.ok("%nbaccel stop")  # the module's pool runs on: its end counts what is left
+
+
+def test_nothing_is_left_when_the_kernel_dies(
+    host_bed: HostBed, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A kernel shut down with its pool up (no ``shutdown()``): each agent hears its ssh
+    channel end and stops its ranks."""
+    before = set(_agents())
+    other = LoginKernel(host_bed, tmp_path_factory.mktemp("hosts-pool-dying"))
+    try:
+        other.ok(SETUP + '\np = WorkerPool(num_processes=1, hosts=["node1", "node2"])')
+        started = set(_agents()) - before
+        assert len(started) >= 4, started  # its two agents and their ranks (and ssh)
+    finally:
+        other.stop()  # the driver shuts its kernel down at once
+    deadline = time.monotonic() + 20
+    while set(_agents()) & started and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert set(_agents()) & started == set()
+
+
+def test_a_machine_lost_during_a_call_breaks_the_pool_and_restart_brings_it_back(
+    kernel: LoginKernel, host_bed: HostBed
+) -> None:
+    kernel.ok('lossy = WorkerPool(num_processes=1, hosts=["node1", "node2"], node_timeout=10)')
+    answer: dict[str, object] = {}
+
+    def cell() -> None:
+        answer.update(
+            kernel.run(
+                """
+t0 = time.monotonic()
+try:
+    lossy.run(lambda: time.sleep(600))
+except Exception as exc:
+    print("RAISED", type(exc).__name__, exc)
+    print("\\n".join(exc.__notes__))  # what the traceback shows under the error
+print("TOOK", time.monotonic() - t0, "STATE", lossy.state)
+""",
+                timeout=180,
+            )
+        )
+
+    runner = threading.Thread(target=cell)
+    runner.start()
+    time.sleep(3)  # the call reached both ranks
+    cut_at = time.monotonic()
+    host_bed.cut("node2")
+    try:
+        runner.join(120)
+        ended = time.monotonic() - cut_at
+        out = str(answer.get("stdout", "")) + str(answer.get("stderr", ""))
+        assert "RAISED MachineLostError machine 1 (node2) was lost" in out, answer
+        assert "the pool is broken" in out and "STATE broken" in out, out
+        assert re.search(r"\n  0 +node1 +running +In \[\d+\], line \d+", out), out
+        assert ended < 40, (ended, out)
+    finally:
+        host_bed.restore("node2")
+    out = kernel.ok(
+        "lossy.restart(); print('BACK', lossy.run(socket.gethostname)); lossy.shutdown()"
+    )
+    assert "BACK ['node1', 'node2']" in out, out
+
+
+def _agents() -> list[str]:
+    found = subprocess.run(["pgrep", "-f", AGENT], capture_output=True, text=True)
+    return found.stdout.split()
