@@ -31,6 +31,7 @@ from .launch import (
     log_level_requested,
     precision_warned_variables,
     read_launch_environment,
+    store_prefix_variables,
     user_thread_count,
 )
 from .memory import process_rss
@@ -84,6 +85,7 @@ __all__ = [
     "set_fsdp_ram_efficient_loading",
     "slurm_allocation",
     "ssh_server_address",
+    "store_prefix_variables",
     "tpu_requested",
     "user_thread_count",
     "xla_available",

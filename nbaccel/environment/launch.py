@@ -34,6 +34,8 @@ class LaunchEnvironment:
             ``ACCELERATE_TORCH_DEVICE`` (e.g. ``"cuda:1"``), used as it is; None when unset.
         precision_warned: the launcher already told the user, in the notebook, that its
             ``mixed_precision`` trains in full precision on this device (``fp16`` on a CPU).
+        store_prefix: the launch's secret prefix of every key its ranks write to the store
+            (``NBACCEL_STORE_PREFIX``, set by a launch on other machines), or None.
     """
 
     rank: int = 0
@@ -51,6 +53,7 @@ class LaunchEnvironment:
     use_cpu: bool = False
     torch_device: str | None = None
     precision_warned: bool = False
+    store_prefix: str | None = None
 
     @property
     def distributed(self) -> bool:
@@ -161,6 +164,7 @@ def read_launch_environment(environ: Mapping[str, str] | None = None) -> LaunchE
         use_cpu=_bool_var(env, "NBACCEL_USE_CPU", "ACCELERATE_USE_CPU"),
         torch_device=_device_var(env),
         precision_warned=_bool_var(env, "NBACCEL_PRECISION_WARNED"),
+        store_prefix=env.get("NBACCEL_STORE_PREFIX") or None,
     )
 
 
@@ -228,6 +232,11 @@ def launch_variables(
     if precision_warned:
         variables.update(precision_warned_variables())
     return variables
+
+
+def store_prefix_variables(prefix: str) -> dict[str, str]:
+    """The variable that gives a launch's ranks the secret prefix of their store keys."""
+    return {"NBACCEL_STORE_PREFIX": prefix}
 
 
 def precision_warned_variables() -> dict[str, str]:

@@ -7,10 +7,12 @@ import contextlib
 import gc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.constants import default_pg_timeout
 
 from ..enums import DistributedType
 from ..environment import LaunchEnvironment, choose_device, read_launch_environment, xla_topology
@@ -184,15 +186,34 @@ def _join_process_group(
             "MASTER_ADDR/MASTER_PORT are not set, so it cannot find the others. Launch it with "
             "nbaccel's notebook_launcher, `nbaccel launch` or torchrun, which set them."
         )
+    if init_method == "env://" and launch.store_prefix and "store" not in kwargs:
+        kwargs["store"] = _prefixed_store(launch, kwargs.get("timeout"))
+    else:
+        kwargs["init_method"] = init_method
     dist.init_process_group(
         backend=kwargs.pop("backend", None) or backend,
-        init_method=init_method,
         rank=launch.rank,
         world_size=launch.world_size,
         **kwargs,
     )
     atexit.register(_leave_process_group)
     return True
+
+
+def _prefixed_store(launch: LaunchEnvironment, timeout: timedelta | None) -> dist.Store:
+    """A client of the store at ``MASTER_ADDR:MASTER_PORT`` whose every key carries the
+    launch's secret prefix: a process that connects to the store without the secret (which
+    travels only in the ranks' environment) finds none of the ranks' keys."""
+    assert launch.master_addr is not None and launch.master_port is not None
+    wait = timeout if timeout is not None else default_pg_timeout
+    client = dist.TCPStore(
+        launch.master_addr,
+        launch.master_port,
+        launch.world_size,
+        is_master=False,
+        timeout=wait,
+    )
+    return dist.PrefixStore(f"{launch.store_prefix}/", client)
 
 
 def _leave_process_group() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -96,6 +97,42 @@ print("WHERE", [(r["rank"], r["host"], r["state"]) for r in pool.where()])
     status = [(r, f"node{1 + r // 2}", "idle", None) for r in range(4)]
     assert f"STATUS {status}" in out, out
     assert f"WHERE {[(r, f'node{1 + r // 2}', 'idle') for r in range(4)]}" in out, out
+
+
+def test_the_store_listens_on_one_address_and_its_keys_need_the_secret(
+    kernel: LoginKernel, pool: str, host_bed: HostBed
+) -> None:
+    """The first host's agent serves the ranks' store on the address the hosts reach it at
+    (not on every interface), and a process on another machine that connects without the
+    launch's secret sees none of the ranks' keys."""
+    out = kernel.ok(
+        """
+def probe():
+    import os, torch.distributed as dist
+    store = dist.distributed_c10d._get_default_store()
+    if dist.get_rank() == 0:
+        store.set("probe", "seen")
+    dist.barrier()
+    return (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"],
+            os.environ["NBACCEL_STORE_PREFIX"], store.get("probe").decode())
+print("PROBE", pool.run(probe)[3])
+"""
+    )
+    found = re.search(r"PROBE \('([\d.]+)', '(\d+)', '([0-9a-f]{32})', 'seen'\)", out)
+    assert found, out
+    address, port, secret = found[1], int(found[2]), found[3]
+    assert (address, port) in host_bed.listening("node1")
+    assert ("0.0.0.0", port) not in host_bed.listening("node1")
+    assert ("::", port) not in host_bed.listening("node1")
+    outsider = (
+        "import datetime, torch.distributed as dist\n"
+        f"c = dist.TCPStore({address!r}, {port}, is_master=False, "
+        "timeout=datetime.timedelta(seconds=10))\n"
+        "print('PLAIN', c.check(['probe']), c.check(['default_pg/probe']))\n"
+    )
+    done = host_bed.run("node2", [sys.executable, "-c", outsider], timeout=60)
+    assert "PLAIN False False" in done.stdout, done.stdout + done.stderr
+    assert secret not in done.stdout
 
 
 def test_a_rank_raising_on_node2_names_it_and_the_pool_goes_on(

@@ -34,6 +34,9 @@ CHECKED = {
     "08_transformers_trainer.ipynb",
     "09_worker_pool.ipynb",
 }
+# Notebooks that need other machines: the hosts tier runs them on its test bed
+# (tests/hosts/test_hosts_notebook.py); here they are only checked as stored.
+ON_HOSTS = {"10_multi_host.ipynb"}
 _CELL_TIMEOUT = 240
 
 
@@ -318,7 +321,8 @@ def test_09_worker_pool_interrupt_a_long_cell_and_carry_on() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", sorted(p.name for p in NOTEBOOKS.glob("*.ipynb") if p.name not in CHECKED)
+    "name",
+    sorted(p.name for p in NOTEBOOKS.glob("*.ipynb") if p.name not in CHECKED | ON_HOSTS),
 )
 def test_other_notebooks_run_to_the_end(name: str) -> None:
     _execute(_read(name))

@@ -69,10 +69,19 @@ class StoreHost:
         port: port to listen on; 0 picks a free one.
         world_size: number of worker processes in the job.
         timeout: how long store operations wait.
+        listener: a socket already bound to ``bind_host:port`` and listening, to serve on
+            (a host's agent binds it before it tells the notebook the port).
     """
 
-    def __init__(self, bind_host: str, port: int, world_size: int, timeout: timedelta) -> None:
-        sock = _listening_socket(bind_host, port)
+    def __init__(
+        self,
+        bind_host: str,
+        port: int,
+        world_size: int,
+        timeout: timedelta,
+        listener: socket.socket | None = None,
+    ) -> None:
+        sock = listener if listener is not None else _listening_socket(bind_host, port)
         self.host = LOOPBACK if bind_host in ("0.0.0.0", "::") else bind_host
         self.port = int(sock.getsockname()[1])
         try:

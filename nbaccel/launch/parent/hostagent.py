@@ -1,8 +1,10 @@
 """The agent on a host of ``hosts=[...]``: ``python -m nbaccel.launch.parent.hostagent``.
 
 The notebook starts one per host over ssh and talks to it over that ssh process's stdin and
-stdout only (``hostwire.py``'s frames); nothing listens. The agent says hello (versions, host
-name, the address ssh reached, a free port), receives its ranks' ``WorkerSpec``s, forks them
+stdout only (``hostwire.py``'s frames); nothing listens for the notebook. The agent says hello
+(versions, host name, the address ssh reached, the port of a socket it bound there), receives
+its ranks' ``WorkerSpec``s (the first host's agent also serves the ranks' store on that
+socket, bound to that one address), forks them
 with the same code as a local launch (``processes.start_worker``, ``worker/``), forwards each
 rank's messages, output and exit, and passes on signals. When the notebook goes away (its
 stdin ends, or nothing is heard for ``node_timeout``), the agent kills its ranks and ends;
@@ -19,6 +21,7 @@ import socket
 import sys
 import time
 import traceback
+from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -28,6 +31,7 @@ import torch
 from ...environment import cuda_device_count, ssh_server_address
 from ...version import __version__
 from ..nodes.netif import route_to
+from ..nodes.rendezvous import StoreHost
 from ..spec import WorkerSpec
 from . import hostwire as wire
 from .processes import WorkerHandle, start_worker
@@ -57,6 +61,9 @@ class Agent:
 
     def __init__(self, read_fd: int, write_fd: int) -> None:
         self.read_fd, self.write_fd = read_fd, write_fd
+        self.listener: socket.socket | None = None  # bound at hello; the store's, if asked
+        self.store: StoreHost | None = None
+        self.store_fd = -1
         self.reader = wire.FrameReader()
         self.ranks: dict[int, _Rank] = {}
         self.heard = time.monotonic()
@@ -94,10 +101,12 @@ class Agent:
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> int:
         os.write(self.write_fd, wire.MAGIC)
-        self.send(_hello())
+        hello, self.listener = _hello()
+        self.send(hello)
         job = self._wait_for_job()
         try:
             specs = _load(job)
+            self._serve_store(hello.address, job)
         except BaseException as exc:
             self.send(wire.Fatal(f"{type(exc).__name__}: {exc}"))
             return 1
@@ -119,6 +128,17 @@ class Agent:
                 self.send(wire.Ping())
         raise _Gone(f"no job arrived within {_JOB_WAIT_S:.0f}s")
 
+    def _serve_store(self, address: str, job: wire.Job) -> None:
+        """Serve the ranks' store on the hello's socket where the job asks this host to."""
+        listener, self.listener = self.listener, None
+        assert listener is not None
+        if job.store_world_size <= 0:
+            listener.close()
+            return
+        self.store_fd = listener.fileno()
+        wait = timedelta(seconds=job.store_timeout)
+        self.store = StoreHost(address, 0, job.store_world_size, wait, listener=listener)
+
     def _start(self, specs: list[WorkerSpec]) -> None:
         pipes = {s.rank: (os.pipe(), os.pipe(), os.pipe()) for s in specs}
         every = [fd for trio in pipes.values() for ends in trio for fd in ends]
@@ -128,7 +148,7 @@ class Agent:
                 spec.stdout_fd, spec.stderr_fd, spec.task_fd = out_w, err_w, task_r
                 spec.parent_pid, spec.start_method = os.getpid(), "fork"
                 foreign = [fd for fd in every if fd not in (out_w, err_w, task_r)]
-                foreign += [self.read_fd, self.write_fd]
+                foreign += [self.read_fd, self.write_fd, self.store_fd]
                 for rank in self.ranks.values():
                     foreign += [rank.handle.conn.fileno(), rank.handle.sentinel]
                 handle = start_worker(spec, tuple(fd for fd in foreign if fd >= 0))
@@ -229,12 +249,15 @@ class Agent:
                 rank.handle.kill()
 
 
-def _hello() -> wire.Hello:
-    address = ssh_server_address() or ""
-    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as probe:
-        probe.bind((address, 0))
-        port = int(probe.getsockname()[1])
-    return wire.Hello(
+def _hello() -> tuple[wire.Hello, socket.socket]:
+    """The hello, and the socket its port is bound to (listening on that one address)."""
+    address = _own_address()
+    listener = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((address, 0))
+    listener.listen(1024)
+    port = int(listener.getsockname()[1])
+    hello = wire.Hello(
         python=f"{sys.version_info.major}.{sys.version_info.minor}",
         torch=str(torch.__version__),
         nbaccel=__version__,
@@ -244,6 +267,21 @@ def _hello() -> wire.Hello:
         gpus=cuda_device_count(),
         pid=os.getpid(),
     )
+    return hello, listener
+
+
+def _own_address() -> str:
+    """The address the other hosts reach this one at: the one ssh reached it at, else (a
+    SLURM step) the address its host name resolves to; "" (every interface) where neither
+    is known."""
+    address = ssh_server_address()
+    if address:
+        return address
+    with contextlib.suppress(OSError):
+        resolved = socket.gethostbyname(socket.gethostname())
+        if not resolved.startswith("127."):
+            return resolved
+    return ""
 
 
 def _load(job: wire.Job) -> list[WorkerSpec]:

@@ -7,7 +7,9 @@ checked before any rank starts, and each remote rank's spec, prefix, task pipe a
    torch and nbaccel versions (``HostError`` naming the host); the hosts' GPUs decide the
    device (a mix is refused).
 3. The ranks meet at the first host: ``MASTER_ADDR`` is the address ssh reached it at,
-   ``MASTER_PORT`` a port its agent found free; rank 0 serves torch's store there.
+   ``MASTER_PORT`` the port of the socket its agent bound to that one address, where the
+   agent serves torch's store; every key the ranks write there carries a secret prefix
+   drawn for this attempt or generation (``NBACCEL_STORE_PREFIX``, in their environment).
 4. Each host's ranks travel as one ``Job`` frame when the supervisor starts its first rank
    (:func:`job_starter`); a rank's task-pipe bytes (a pool's tasks, "where are you?") travel
    as ``Task`` frames and the agent writes them into the rank's pipe there (:class:`AgentTasks`).
@@ -18,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import secrets
 import sys
 import time
 from collections.abc import Collection
@@ -25,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ...environment import user_thread_count
+from ...environment import store_prefix_variables, user_thread_count
 from ...version import __version__
 from ..config import LaunchConfig
 from ..nodes.peers import MachineLostError
@@ -81,13 +84,15 @@ class HostAgents:
         config: the settings with the device the hosts decided (``accelerator``).
         agents: one per host, in ``hosts=`` order.
         master: the address of the first host, where the ranks meet.
-        port: the port there that its agent found free.
+        port: the port of the store's socket there.
+        secret: the prefix of every key the ranks write to the store.
     """
 
     config: LaunchConfig
     agents: list[AgentLink]
     master: str
     port: int
+    secret: str = dataclasses.field(default_factory=lambda: secrets.token_hex(16), repr=False)
 
     @classmethod
     def start(cls, config: LaunchConfig) -> HostAgents:
@@ -189,9 +194,9 @@ def host_spec(
         master_addr=up.master,
     )
     env = worker_env(machine, rank, rank % per_host, up.port, attempt, "fork")
-    del env["TORCHELASTIC_USE_AGENT_STORE"]  # rank 0 serves the store on the first host
     del env["GLOO_SOCKET_IFNAME"]  # each agent names its interface towards the master
     env.update(hosts.env)
+    env.update(store_prefix_variables(up.secret))  # the user's env= cannot replace it
     return WorkerSpec(
         rank=rank,
         local_rank=rank % per_host,
@@ -231,7 +236,9 @@ def job_starter(up: HostAgents, specs: list[WorkerSpec], relay_fds: Any) -> Star
                 hosts.cwd or os.getcwd(),
                 list(sys.path),
                 up.config.node_timeout,
-                dumps_for_worker(mine),
+                store_world_size=len(specs) if agent.index == 0 else 0,
+                store_timeout=up.config.rendezvous_timeout,
+                specs=dumps_for_worker(mine),
             )
             agent.send_job(job)
         link = agent.links[spec.rank]

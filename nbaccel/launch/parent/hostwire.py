@@ -61,12 +61,16 @@ class Hello:
 @dataclass(frozen=True)
 class Job:
     """The ranks to run: ``specs`` is the cloudpickled list of ``WorkerSpec``s, loaded after
-    ``sys_path`` and ``cwd`` were set there (notebook functions travel by value)."""
+    ``sys_path`` and ``cwd`` were set there (notebook functions travel by value).
+    ``store_world_size`` above 0: this host serves the ranks' store (on the socket its hello's
+    port is bound to) for that many ranks, its operations waiting ``store_timeout`` s."""
 
     master_addr: str
     cwd: str
     sys_path: list[str]
     node_timeout: float
+    store_world_size: int = 0
+    store_timeout: float = 300.0
     specs: bytes = field(repr=False, default=b"")
 
 
