@@ -105,6 +105,7 @@ def agents_left_after(seconds: float) -> list[str]:
 def _cell(client: Any, manager: Any, code: str, timeout: float) -> dict[str, Any]:
     streams: dict[str, list[str]] = {"stdout": [], "stderr": []}
     answer: dict[str, Any] = {"error": None, "status": "ok"}
+    displays: list[dict[str, Any]] = []
 
     def hook(message: dict[str, Any]) -> None:
         kind, content = message["msg_type"], message["content"]
@@ -115,6 +116,10 @@ def _cell(client: Any, manager: Any, code: str, timeout: float) -> dict[str, Any
             answer["error"] = {"ename": content["ename"], "traceback": trace}
         elif kind == "execute_result":
             streams["stdout"].append(content["data"].get("text/plain", "") + "\n")
+        elif kind in ("display_data", "update_display_data"):
+            displays.append({"kind": kind, "data": content["data"]})
+        elif kind == "comm_msg":  # a widget's update (a progress bar's value)
+            displays.append({"kind": kind, "state": content["data"].get("state", {})})
 
     try:
         reply = client.execute_interactive(code, timeout=timeout, output_hook=hook)
@@ -123,6 +128,7 @@ def _cell(client: Any, manager: Any, code: str, timeout: float) -> dict[str, Any
         manager.interrupt_kernel()
         answer["status"] = "timeout"
     answer.update({name: "".join(parts) for name, parts in streams.items()})
+    answer["displays"] = displays
     return answer
 
 

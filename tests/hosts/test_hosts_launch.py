@@ -89,6 +89,37 @@ print("LEFT", gone())
     assert "LEFT []" in out, out
 
 
+def test_rank_0s_rich_display_and_progress_bar_reach_the_cell(kernel: LoginKernel) -> None:
+    """Rank 0 runs on node1: its HTML and its ``tqdm.auto`` bar are drawn in this cell (a
+    notebook bar, not text), the other ranks' are not."""
+    done = kernel.run(
+        """
+def show():
+    import os
+    from IPython.display import HTML, display
+    from tqdm.auto import tqdm
+    rank = os.environ["RANK"]
+    display(HTML(f"<b>hello from {rank} on {socket.gethostname()}</b>"))
+    for _ in tqdm(range(30), desc=f"steps{rank}"):
+        pass
+    return rank
+notebook_launcher(show, num_processes=2, hosts=["node1", "node2"])
+"""
+    )
+    assert done["error"] is None, done
+    html = [d["data"].get("text/html", "") for d in done["displays"] if "data" in d]
+    assert [h for h in html if "hello from" in h] == ["<b>hello from 0 on node1</b>"], done
+    bars = [
+        d["data"]["text/plain"]
+        for d in done["displays"]
+        if "application/vnd.jupyter.widget-view+json" in d.get("data", {})
+    ]
+    assert len(bars) == 1 and "steps0" in bars[0], done["displays"]
+    values = [d["state"].get("value") for d in done["displays"] if d["kind"] == "comm_msg"]
+    assert 30 in values, values
+    assert "steps1" not in done["stderr"] and "steps2" not in done["stderr"], done["stderr"]
+
+
 def test_max_restarts_starts_every_host_again(kernel: LoginKernel) -> None:
     out = kernel.ok(
         """
