@@ -14,6 +14,7 @@ from . import (
     fsdp_memory,
     gpt_bf16,
     launch_latency,
+    multihost,
     pool,
     scaling,
     where_overhead,
@@ -58,5 +59,6 @@ BENCHMARKS: dict[str, Benchmark] = {
         _module(gpt_bf16),
         _module(pool),
         _module(where_overhead),
+        _module(multihost),
     )
 }

@@ -230,6 +230,47 @@ def test_an_interrupt_stops_every_host(kernel: LoginKernel, host_bed: HostBed) -
     assert _remote_pids(host_bed, "node2") == []
 
 
+def test_an_interrupt_during_start_up_leaves_nothing(
+    kernel: LoginKernel, tmp_path: Path, host_bed: HostBed
+) -> None:
+    """The kernel is interrupted while the hosts' agents are still starting (an interpreter
+    that takes 8 s to come up): ``KeyboardInterrupt`` in the cell at once, no ssh process left
+    here, no agent left on the hosts once their start-up ends, no new listening socket."""
+    slow = tmp_path / "slow-python"
+    slow.write_text(f'#!/bin/sh\nsleep 8\nexec {sys.executable} "$@"\n')
+    slow.chmod(0o755)
+    listening = {node: host_bed.listening(node) for node in ("node1", "node2")}
+    done = kernel.run(
+        f"""
+caught = None
+t0 = time.monotonic()
+try:
+    notebook_launcher(print, num_processes=1, hosts=["node1", "node2"], python={str(slow)!r})
+except KeyboardInterrupt:
+    caught = time.monotonic() - t0
+""",
+        timeout=4,  # the driver interrupts the kernel then
+    )
+    assert done["status"] == "timeout", done
+    out = kernel.ok(
+        "import subprocess\n"
+        "ssh = subprocess.run(['pgrep', '-f', 'ssh -o BatchMode'], capture_output=True, "
+        "text=True).stdout.split()\nprint('CAUGHT', caught, 'SSH', ssh)"
+    )
+    assert "CAUGHT None" not in out and "SSH []" in out, out
+    assert float(out.split("CAUGHT ")[1].split()[0]) < 15, out
+    deadline = time.monotonic() + 30
+    while (
+        time.monotonic() < deadline
+        and subprocess.run(["pgrep", "-f", str(slow)], capture_output=True).stdout.split()
+    ):
+        time.sleep(0.5)
+    assert agents_left_after(15) == []
+    assert subprocess.run(["pgrep", "-f", str(slow)], capture_output=True).stdout.split() == []
+    for node, before in listening.items():
+        assert host_bed.listening(node) == before, node
+
+
 def test_a_host_lost_mid_run_raises_machine_lost(kernel: LoginKernel, host_bed: HostBed) -> None:
     answer: dict[str, object] = {}
 

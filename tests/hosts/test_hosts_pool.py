@@ -49,13 +49,17 @@ def kernel(host_bed: HostBed, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 @pytest.fixture(scope="module")
-def pool(kernel: LoginKernel) -> Iterator[str]:
-    """A pool of 2 ranks on each of node1 and node2, named ``pool`` in the kernel."""
+def pool(kernel: LoginKernel, host_bed: HostBed) -> Iterator[str]:
+    """A pool of 2 ranks on each of node1 and node2, named ``pool`` in the kernel; once it is
+    shut down, no process and no listening socket of its is left on either node."""
+    listening = {node: host_bed.listening(node) for node in ("node1", "node2")}
     out = kernel.ok('pool = WorkerPool(num_processes=2, hosts=["node1", "node2"], node_timeout=10)')
     assert "Starting a pool of 4 processes on 2 machines (node1, node2; 2 each) over ssh" in out
     yield "pool"
     out = kernel.ok("pool.shutdown(); print('LEFT', gone_after(20))")
     assert "LEFT []" in out, out
+    for node, before in listening.items():
+        assert host_bed.listening(node) == before, node
 
 
 def test_calls_reach_every_rank_of_every_host_in_rank_order(kernel: LoginKernel, pool: str) -> None:
