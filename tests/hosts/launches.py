@@ -68,7 +68,7 @@ try:
 except KeyboardInterrupt as exc:
     caught = type(exc).__name__
 """,
-        timeout=25,  # the driver interrupts the kernel then
+        timeout=12,  # the driver interrupts the kernel then (the ranks run by then)
     )
     assert done["status"] == "timeout", done
     out = kernel.ok(f"time.sleep(1); print('CAUGHT', caught, 'LEFT', {left})")

@@ -172,7 +172,7 @@ try:
 except KeyboardInterrupt as exc:
     caught = str(exc)
 """,
-        timeout=15,  # the driver interrupts the kernel then
+        timeout=6,  # the driver interrupts the kernel then
     )
     assert done["status"] == "timeout", done
     out = kernel.ok("print('CAUGHT', caught); print('KEPT', pool.pull('kept'), pool.state)")

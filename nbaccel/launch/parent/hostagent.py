@@ -331,5 +331,14 @@ def main() -> int:
         agent.stop_all()
 
 
+def _leave(code: int) -> None:
+    """End the agent now that its ranks are reaped: without the interpreter's teardown (which
+    takes a second with torch loaded), so that the notebook's launch ends sooner."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _leave(main())
