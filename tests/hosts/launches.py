@@ -71,5 +71,6 @@ except KeyboardInterrupt as exc:
         timeout=12,  # the driver interrupts the kernel then (the ranks run by then)
     )
     assert done["status"] == "timeout", done
+    assert "running" in done["stdout"], done  # the interrupt came while the rank ran
     out = kernel.ok(f"time.sleep(1); print('CAUGHT', caught, 'LEFT', {left})")
     assert f"CAUGHT KeyboardInterrupt LEFT {nothing}" in out, out

@@ -131,3 +131,44 @@ def test_a_stall_is_shown_in_the_launching_cell_with_the_notebook_line(
         f"at In [{defined}], line 5, in late_rank_1: time.sleep(6)"
     ) in err, cell.describe()
     assert "The run goes on" in err
+
+
+def test_an_interrupt_whose_grace_runs_out_names_the_ranks_left_and_their_lines(
+    kernel: Kernel,
+) -> None:
+    """Rank 1 ignores SIGTERM (a handler of the user's): the interrupt's ``KeyboardInterrupt``
+    says rank 1 did not stop within the grace period, with the table of where every rank was;
+    rank 1 is killed and nothing is left."""
+    defined = kernel.ok(
+        """
+        def ignores_sigterm():
+            import signal, time
+            from nbaccel import PartialState
+            if PartialState().process_index == 1:
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            print("running", flush=True)
+            time.sleep(600)
+        """
+    ).execution_count
+    launch = kernel.submit(
+        "try:\n"
+        "    notebook_launcher(ignores_sigterm, num_processes=2, cpu=True)\n"
+        "except KeyboardInterrupt as exc:\n"
+        "    notes = getattr(exc, '__notes__', [])\n"
+    )
+    seen: list[bool] = []
+
+    def interrupt_once_rank_1_runs(message: dict[str, Any], cell: Cell) -> None:
+        text = message["content"].get("text", "") if message["msg_type"] == "stream" else ""
+        if not seen and "[rank1]: running" in text:
+            seen.append(True)
+            time.sleep(0.5)
+            kernel.interrupt()
+
+    done = kernel.collect(launch, timeout=90, on_message=interrupt_once_rank_1_runs)
+    assert seen and done.status == "ok", done.describe()
+    text = kernel.ok("print('\\n'.join(notes))").stdout
+    assert "rank(s) [1] did not stop within 2s of the interrupt" in text, text
+    rows = _rows(text.split("Where every rank was then:\n")[1])
+    assert f"In [{defined}], line 7" in rows[1] and "time.sleep(600)" in rows[1], text
+    assert "exited" in rows[0] or "no answer" in rows[0], text

@@ -130,6 +130,9 @@ class LaunchGroup:
         try:
             with self.watch:
                 timed_out = self._supervise()
+        except KeyboardInterrupt as interrupt:  # the kernel's, or the dashboard's Stop
+            self._stop_after_interrupt(interrupt)
+            raise
         except BaseException:
             self.supervisor.kill_all(grace=min(self.grace, 2.0))
             raise
@@ -140,6 +143,28 @@ class LaunchGroup:
         return GroupOutcome(
             fates, dict(self.results), timed_out, self.watch.raised, self.where, findings
         )
+
+    def _stop_after_interrupt(self, interrupt: KeyboardInterrupt) -> None:
+        """SIGTERM every rank; ranks still running when the grace period ran out (a handler of
+        their own kept them alive) are asked where they are, named in a note on
+        ``interrupt`` with the table, and killed."""
+        grace = min(self.grace, 2.0)
+        supervisor = self.supervisor
+        try:
+            supervisor.signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and not supervisor.all_finished():
+                supervisor.pump(0.05)
+            left = self._live()
+            if left and self.watch.send is not None:
+                table = self.watch.where(timeout=1.0)
+                interrupt.add_note(
+                    f"nbaccel: rank(s) {left} did not stop within {grace:g}s of the interrupt "
+                    f"(SIGTERM; a signal handler of theirs?) and were killed. Where every rank "
+                    f"was then:\n{table.text('  ')}"
+                )
+        finally:
+            supervisor.kill_all(grace=0.0)  # SIGKILL what is left, and reap
 
     # -- the loop ----------------------------------------------------------------------------
     def _supervise(self) -> bool:
