@@ -42,6 +42,7 @@ from .precision import (
     precision_in_effect,
 )
 from .settings import (
+    COPIED_TO_HOSTS,
     accelerate_config_candidates,
     config_file_override,
     environment_for_child,
@@ -52,9 +53,11 @@ from .settings import (
     set_fsdp_ram_efficient_loading,
     slurm_allocation,
     ssh_server_address,
+    variables_for_hosts,
 )
 
 __all__ = [
+    "COPIED_TO_HOSTS",
     "FP16_DEVICE_TYPES",
     "DeviceChoice",
     "LaunchEnvironment",
@@ -88,6 +91,7 @@ __all__ = [
     "store_prefix_variables",
     "tpu_requested",
     "user_thread_count",
+    "variables_for_hosts",
     "xla_available",
     "xla_bf16_storage_requested",
     "xla_device_name",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from collections.abc import Mapping
@@ -88,3 +89,34 @@ def slurm_allocation(environ: Mapping[str, str] | None = None) -> tuple[str, str
     job = env.get("SLURM_JOB_ID", "").strip()
     nodes = (env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "").strip()
     return (job, nodes) if job and nodes else None
+
+
+# The kernel's variables that every rank on another machine (``hosts=``) gets as well: torch's
+# and NCCL's switches, the Hugging Face and tracker settings and tokens. Paths (PATH,
+# LD_LIBRARY_PATH, HF_HOME...) stay each host's own; ``env=`` adds or replaces any variable.
+COPIED_TO_HOSTS = (
+    "NCCL_*",
+    "TORCH_*",
+    "TORCHINDUCTOR_*",
+    "TORCHDYNAMO_*",
+    "PYTORCH_*",
+    "CUDA_LAUNCH_BLOCKING",
+    "HF_TOKEN",
+    "HF_HUB_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "TOKENIZERS_PARALLELISM",
+    "WANDB_*",
+    "MLFLOW_*",
+    "COMET_*",
+    "PYTHONHASHSEED",
+)
+
+
+def variables_for_hosts(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's variables that :data:`COPIED_TO_HOSTS` names."""
+    return {
+        name: value
+        for name, value in _environ(environ).items()
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in COPIED_TO_HOSTS)
+    }

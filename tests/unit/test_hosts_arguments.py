@@ -112,7 +112,7 @@ def test_ssh_command_reads_the_users_config_and_never_asks() -> None:
 def test_frames_round_trip_after_a_login_banner() -> None:
     frames = [
         Hello("3.11", "2.5.0", "0.1.0", "node1", "10.0.0.1", 29500, 0, 42),
-        Job("10.0.0.1", "/w", ["/a"], 10.0, b"\x00specs"),
+        Job("10.0.0.1", "/w", ["/a"], 10.0, store_world_size=4, specs=b"\x00specs"),
         Message(3, b"\x80pickled"),
         Task(2, b"\x80where"),
         Output(2, 1, b"line\n"),
@@ -162,3 +162,37 @@ def test_the_srun_command_starts_one_agent_step_beside_the_kernels() -> None:
     for option in ("--jobid=42", "--nodelist=node2", "--nodes=1", "--ntasks=1"):
         assert option in argv
     assert {"--overlap", "--whole", "--unbuffered"} <= set(argv)
+
+
+def test_a_remote_ranks_variables_copy_the_allow_list_and_env_wins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What a rank on another host gets: the kernel's torch / NCCL / tracker switches (not
+    its paths or its own launch's variables), the launch variables, ``env=`` above both, and
+    the store's secret, which ``env=`` cannot replace."""
+    from nbaccel.launch.parent.hoststart import HostAgents, host_spec
+    from nbaccel.launch.spec import WorkerMode
+
+    for name, value in {
+        "NCCL_DEBUG": "INFO",
+        "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+        "WANDB_MODE": "offline",
+        "HF_HOME": "/kernel/hf",
+        "TORCHELASTIC_RUN_ID": "kernels-own",
+        "RANK": "7",
+    }.items():
+        monkeypatch.setenv(name, value)
+    config = build(
+        hosts=["node1", "node2"],
+        env={"NCCL_DEBUG": "WARN", "NBACCEL_STORE_PREFIX": "mine"},
+        cpu=True,
+    )
+    up = HostAgents(config, [], "203.0.113.11", 29400)
+    env = host_spec(up, 3, 0, False, WorkerMode.LAUNCH).env
+    assert env["NCCL_DEBUG"] == "WARN" and env["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL"
+    assert env["WANDB_MODE"] == "offline"
+    assert "HF_HOME" not in env and "TORCHELASTIC_RUN_ID" not in env
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("3", "4", "1")
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("203.0.113.11", "29400")
+    assert env["NBACCEL_STORE_PREFIX"] == up.secret and len(up.secret) == 32
+    assert HostAgents(config, [], "x", 1).secret != up.secret  # drawn per attempt

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ...environment import store_prefix_variables, user_thread_count
+from ...environment import store_prefix_variables, user_thread_count, variables_for_hosts
 from ...version import __version__
 from ..config import LaunchConfig
 from ..nodes.peers import MachineLostError
@@ -193,7 +193,8 @@ def host_spec(
         num_nodes=len(hosts.targets),
         master_addr=up.master,
     )
-    env = worker_env(machine, rank, rank % per_host, up.port, attempt, "fork")
+    env = variables_for_hosts()  # torch's, NCCL's, the trackers' switches of this kernel
+    env.update(worker_env(machine, rank, rank % per_host, up.port, attempt, "fork"))
     del env["GLOO_SOCKET_IFNAME"]  # each agent names its interface towards the master
     env.update(hosts.env)
     env.update(store_prefix_variables(up.secret))  # the user's env= cannot replace it

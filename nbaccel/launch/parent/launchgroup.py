@@ -146,8 +146,8 @@ class LaunchGroup:
 
     def _stop_after_interrupt(self, interrupt: KeyboardInterrupt) -> None:
         """SIGTERM every rank; ranks still running when the grace period ran out (a handler of
-        their own kept them alive) are asked where they are, named in a note on
-        ``interrupt`` with the table, and killed."""
+        their own kept them alive) are asked where they are, named in ``interrupt``'s message
+        with the table, and killed."""
         grace = min(self.grace, 2.0)
         supervisor = self.supervisor
         try:
@@ -158,11 +158,13 @@ class LaunchGroup:
             left = self._live()
             if left and self.watch.send is not None:
                 table = self.watch.where(timeout=1.0)
-                interrupt.add_note(
+                note = (
                     f"nbaccel: rank(s) {left} did not stop within {grace:g}s of the interrupt "
                     f"(SIGTERM; a signal handler of theirs?) and were killed. Where every rank "
                     f"was then:\n{table.text('  ')}"
                 )
+                said = str(interrupt)  # in the message: every IPython shows it
+                interrupt.args = (f"{said}\n\n{note}" if said else note,)
         finally:
             supervisor.kill_all(grace=0.0)  # SIGKILL what is left, and reap
 
