@@ -71,6 +71,27 @@ def test_a_rank_raising_on_node2_raises_in_the_cell(kernel: LoginKernel, host_be
     assert _remote_pids(host_bed, "node1") == [] and _remote_pids(host_bed, "node2") == []
 
 
+def test_the_kernels_switches_and_env_reach_every_rank(kernel: LoginKernel) -> None:
+    """The allow-listed variables of the kernel (NCCL_DEBUG, WANDB_MODE) reach every rank on
+    every host, a variable off the list (MY_KERNEL_ONLY) does not, and env= wins."""
+    out = kernel.ok(
+        """
+import os
+os.environ.update(NCCL_DEBUG="WARN", WANDB_MODE="offline", MY_KERNEL_ONLY="here")
+def seen():
+    import os
+    return tuple(os.environ.get(n) for n in ("NCCL_DEBUG", "WANDB_MODE", "MY_KERNEL_ONLY", "MINE"))
+try:
+    print("SEEN", set(notebook_launcher(seen, num_processes=1, hosts=["node1", "node2"],
+                                        env={"MINE": "1", "WANDB_MODE": "disabled"})))
+finally:
+    for name in ("NCCL_DEBUG", "WANDB_MODE", "MY_KERNEL_ONLY"):
+        del os.environ[name]
+"""
+    )
+    assert "SEEN {('WARN', 'disabled', None, '1')}" in out, out
+
+
 def test_the_dashboard_shows_every_rank_of_every_host(kernel: LoginKernel) -> None:
     out = kernel.ok(
         """
