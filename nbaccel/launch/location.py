@@ -44,6 +44,8 @@ class CollectiveCall:
         seconds: how long the rank had been in it when it answered.
         group_id: the group's name as torch knows it (alike on every rank; two groups of the
             same ranks differ).
+        queued: the call returned its ``Work`` (``async_op=True``) and that work has not
+            completed: the rank goes on, or waits for it in ``work.wait()``.
     """
 
     op: str
@@ -56,6 +58,7 @@ class CollectiveCall:
     dtypes: tuple[str, ...] = ()
     seconds: float = 0.0
     group_id: str = ""
+    queued: bool = False
 
     @property
     def tensors(self) -> str:

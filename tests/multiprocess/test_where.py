@@ -70,6 +70,20 @@ def test_a_rank_that_skips_the_collective_and_sleeps_is_named_with_its_line(meth
     assert "Every rank was stopped" in text and "rank  host  state" in text
 
 
+def test_a_queued_collective_whose_peer_never_joins_is_a_stall() -> None:
+    """``async_op=True``: rank 0's all_reduce returned its Work and rank 0 went on; it is still
+    named in the collective (queued) until the work completes, so the stall is found."""
+    error = _stall(w.queues_and_sleeps, "fork")
+    text = str(error)
+    assert error.kind == "stall", text
+    assert f"all_reduce (#1, {_at('queued')}), and rank 1 never joined it" in text, text
+    queued = _row(error, 0)
+    assert queued["collective"] == "all_reduce" and queued["queued"] is True, queued
+    assert queued["where"] == _at("after queueing"), queued
+    assert "all_reduce #1 float32[2] (queued)" in text, text
+    assert _row(error, 1)["where"] == _at("never calls")
+
+
 def test_a_rank_that_returns_without_the_collective_is_named_at_once() -> None:
     error = _stall(w.skips_and_returns, "fork", stall_timeout=60.0)
     assert error.kind == "divergence"

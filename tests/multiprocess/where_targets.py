@@ -76,3 +76,16 @@ def gathers_other_shapes() -> int:
     mine = torch.ones(2 + rank)
     dist.all_gather([torch.zeros(2 + rank), torch.zeros(2 + rank)], mine)  # <- shapes
     return rank
+
+
+def queues_and_sleeps() -> int:
+    """Rank 0 queues an all_reduce (``async_op=True``) and goes on sleeping; rank 1 never calls
+    it (as an NCCL rank goes on after its collective was queued)."""
+    rank = PartialState().process_index
+    if rank == 0:
+        work = dist.all_reduce(torch.ones(2), async_op=True)  # <- queued
+        time.sleep(1e6)  # <- after queueing
+        work.wait()
+    else:
+        time.sleep(1e6)  # <- never calls
+    return rank

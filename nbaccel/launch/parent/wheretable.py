@@ -13,7 +13,8 @@ waiting all show this table. Each row is a plain dict:
 - ``collective``: the collective it is in (``all_reduce``...), else None; then ``seq`` (its
   number on its group, alike on every rank), ``group`` (``world`` or ``ranks 0,2``),
   ``call_site`` (where it was called), ``via`` (the nbaccel or torch function called, when not
-  the collective itself), ``shapes`` and ``dtypes`` of the tensors it sends;
+  the collective itself), ``shapes`` and ``dtypes`` of the tensors it sends, ``queued``
+  (True: an ``async_op=True`` call returned and its work has not completed);
 - ``seconds``: how long it has been in the collective, else on that line as far as the
   notebook has seen (None when it does not know).
 """
@@ -33,7 +34,7 @@ __all__ = ["WhereTable", "describe_call", "place", "row_of", "source_text"]
 
 _KEYS = (
     "rank", "host", "pid", "state", "task", "where", "file", "line", "function", "source",
-    "collective", "seq", "group", "call_site", "via", "shapes", "dtypes", "seconds",
+    "collective", "seq", "group", "call_site", "via", "shapes", "dtypes", "queued", "seconds",
 )  # fmt: skip
 _COLUMNS = ("rank", "host", "state", "where", "code", "collective", "for")
 _POOL_CELL, _POOL_TASK = "<nbaccel cell ", "<nbaccel task "
@@ -121,6 +122,7 @@ def row_of(
             shapes=[list(shape) for shape in call.shapes],
             dtypes=list(call.dtypes),
             seconds=round(call.seconds, 1),
+            queued=call.queued,
         )
     return row
 
@@ -139,6 +141,8 @@ def _collective_text(row: dict[str, Any]) -> str:
         text += f" on {row['group']}"
     if row.get("via"):
         text += f" (via {row['via']})"
+    if row.get("queued"):
+        text += " (queued)"
     return text
 
 

@@ -5,7 +5,9 @@ starts. A call then notes, in this process's memory only, what it is (the functi
 tensors it was given, its group and its number on that group, its caller and when it
 started) and forgets it when it returns: no message, no extra collective, no formatting. The
 note is read only when the notebook asks where the rank is (:func:`collective_in`, on the
-reader thread), and is attached to an exception the collective raises.
+reader thread), and is attached to an exception the collective raises. A call that returns
+its ``Work`` (``async_op=True``) stays noted, as queued, until that work has completed: a
+rank that went on while its peers never joined is still named in the collective.
 
 A collective called inside another (``all_gather_object`` calls ``all_gather``) counts once,
 as the outer one, on every rank alike. Code that bound a collective before the worker
@@ -18,6 +20,7 @@ seen either. PyTorch's own records, turned on by variables, see everything and c
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import sys
 import time
@@ -82,6 +85,8 @@ class _Call:
 
 
 _ACTIVE: dict[int, _Call] = {}  # thread id -> the collective that thread is in
+_QUEUED: dict[int, tuple[CollectiveCall, float, Any]] = {}  # thread id -> its last async
+# call (described when it returned: the caller's line moves on), its start, and its Work
 _COUNTS: dict[int, int] = {}  # id of a process group -> collectives called on it so far
 _FAILED: dict[int, CollectiveCall] = {}  # thread id -> the last collective that raised there
 _WORLD: Any = getattr(c10d, "_world", None)
@@ -105,7 +110,10 @@ def _tracked(op: str, original: Callable[..., Any]) -> Callable[..., Any]:
         record = _ACTIVE[ident] = _Call(op, seq, group, args, kwargs)
         record.caller = sys._getframe(1)
         try:
-            return original(*args, **kwargs)
+            result = original(*args, **kwargs)
+            if callable(getattr(result, "is_completed", None)):  # async_op=True: its Work
+                _QUEUED[ident] = (_describe(record, record.start), record.start, result)
+            return result
         except Exception as exc:
             _note_failure(exc, record)
             raise
@@ -126,6 +134,7 @@ def _forgetting_counts(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(*args, **kwargs)
         finally:
             _COUNTS.clear()
+            _QUEUED.clear()
 
     functools.update_wrapper(destroy, original)
     destroy.__dict__["_nbaccel_tracks"] = original
@@ -164,11 +173,23 @@ def untrack_collectives() -> None:
 
 
 def collective_in(thread_id: int) -> CollectiveCall | None:
-    """The collective thread ``thread_id`` is in now, described; None when it is in none."""
+    """The collective thread ``thread_id`` is in now, described: the call it is in, else its
+    last queued call (``async_op=True``) whose work has not completed; None for neither."""
     record = _ACTIVE.get(thread_id)
-    if record is None:
+    if record is not None:
+        return _describe(record, time.monotonic())
+    queued = _QUEUED.get(thread_id)
+    if queued is None:
         return None
-    return _describe(record, time.monotonic())
+    call, start, work = queued
+    try:
+        done = bool(work.is_completed())
+    except Exception:  # the work failed: its wait() raises where the person calls it
+        done = True
+    if done:
+        _QUEUED.pop(thread_id, None)
+        return None
+    return dataclasses.replace(call, seconds=time.monotonic() - start, queued=True)
 
 
 def collective_failed(thread_id: int) -> CollectiveCall | None:
