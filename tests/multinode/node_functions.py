@@ -78,3 +78,13 @@ def save_sharded(disk: str) -> dict[str, Any]:
     acc.save_state(os.path.join(disk, "sharded"))
     torch.save(full, os.path.join(disk, f"expected{acc.process_index}.pt"))
     return {"rank": acc.process_index}
+
+
+def stall_on(rank: int) -> int:
+    """Every rank but ``rank`` enters an all_reduce; ``rank`` sleeps (up to 60 s) instead."""
+    state = PartialState()
+    _summed(1.0)
+    if state.process_index == rank:
+        time.sleep(60)  # <- stalls
+    _summed(1.0)
+    return state.process_index

@@ -4,6 +4,7 @@ the other machine, and a restart once the cable is back."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 from pathlib import Path
 
@@ -126,3 +127,29 @@ def test_default_port_taken_is_named(machines: list[Machine]) -> None:
     assert error is not None and error["ename"] == "PortInUseError", answer
     assert "port 29500 on 192.0.2.1" in error["evalue"] and "default" in error["evalue"]
     assert "use_port=" in error["evalue"]
+
+
+def test_a_rank_stalled_on_machine_1_is_named_with_its_machine_and_line(
+    machines: list[Machine],
+) -> None:
+    """Promise (never a silent hang): rank 3 on machine 1 sleeps where the others all_reduce.
+    Machine 1's cell names it with its host and line (its launcher asks its own ranks); machine
+    0's cell says its ranks wait in that all_reduce and names machine 1's ranks as not seen."""
+    cell = (
+        "notebook_launcher(nf.stall_on, (3,), num_processes=2, num_nodes=2, node_rank={node}, "
+        "master_addr='main-machine', use_port=29524, rendezvous_timeout=60, node_timeout=30, "
+        "stall_timeout=2, on_stall='raise')"
+    )
+    answers = run_both(machines, [cell.format(node=n) for n in (0, 1)])
+    there = answers[1]["error"]
+    assert there is not None and there["ename"] == "StallError", answers[1]
+    assert "rank 3 never joined it: rank 3 is at node_functions.py:" in there["evalue"], there
+    assert "time.sleep(60)  # <- stalls" in there["evalue"], there
+    assert "ranks 0, 1 run on other machines" in there["evalue"], there
+    rows = [line.split() for line in there["evalue"].splitlines() if line.startswith("  3 ")]
+    # the host column: the bed's machines keep this host's name (no UTS namespace of their own)
+    assert rows and rows[0][1] == socket.gethostname(), there["evalue"]
+    here = answers[0]["error"]
+    assert here is not None and here["ename"] == "StallError", answers[0]
+    assert "ranks 0, 1 have waited" in here["evalue"] and "in all_reduce (#2" in here["evalue"]
+    assert "ranks 2, 3 run on other machines: the cell that launched them" in here["evalue"]

@@ -174,15 +174,23 @@ def _stalled(
     if longest.seconds < stall_timeout:
         return None
     members = longest.group_ranks or tuple(sorted(answers))
-    missing = [r for r in members if r not in calls]
+    missing = [r for r in members if r not in calls and r in answers]
+    elsewhere = [r for r in members if r not in answers]  # another machine's launcher's ranks
     head = f"{_waited(list(calls))} {longest.seconds:.0f} s in {describe_call(longest)}"
     if missing:
         named = "; ".join(whereabouts(r, answers.get(r), states.get(r, "")) for r in missing)
         text = f"{head}, and {_ranks(missing)} never joined it: {named}"
+    elif elsewhere:
+        text = f"{head}; every rank of this machine is in it"
     else:
         text = (
             f"{head}; every rank of the group is in it, so the backend itself is stuck (a lost "
             "connection, a hung device)"
+        )
+    if elsewhere:
+        text += (
+            f"; {_ranks(elsewhere, 'run')} on other machines: the cell that launched them "
+            "there says where they are"
         )
     return Finding("stall", (group, seq), text)
 
