@@ -32,15 +32,23 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 class LoginKernel:
     """The test's side: start the driver on the login machine, send cells, read answers."""
 
-    def __init__(self, bed: HostBed, cwd: Path, allocation: int | None = None, **env: str) -> None:
-        """``allocation``: the number of nodes of a job to start the kernel in (None: none)."""
+    def __init__(
+        self,
+        bed: HostBed,
+        cwd: Path,
+        allocation: int | None = None,
+        machine: str = "login",
+        **env: str,
+    ) -> None:
+        """``allocation``: the number of nodes of a job to start the kernel in (None: none);
+        ``machine``: where the kernel runs (a node, for a notebook that is one of the hosts)."""
         command = [sys.executable, "-u", str(DRIVER), str(cwd)]
         self.log = open(cwd / "login_kernel.log", "w")  # noqa: SIM115
         pipes: dict[str, Any] = dict(
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True
         )
         if allocation is None:
-            self.process = bed.popen("login", command, env=bed.env(**env), **pipes)
+            self.process = bed.popen(machine, command, env=bed.env(**env), **pipes)
         else:
             self.process = bed.in_allocation(command, allocation, env=bed.env(**env), **pipes)
         self._lines: queue.Queue[str] = queue.Queue()

@@ -40,6 +40,9 @@ def _remote_pids(bed: HostBed, node: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def kernel(host_bed: HostBed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoginKernel]:
+    """The module's kernel; after every launch of the module, however each ended, no agent,
+    no rank and no listening socket is left on either node."""
+    listening = {node: host_bed.listening(node) for node in ("node1", "node2")}
     cwd = tmp_path_factory.mktemp("hosts-kernel")
     kernel = LoginKernel(host_bed, cwd)
     done = kernel.run(SETUP, timeout=120)
@@ -47,6 +50,8 @@ def kernel(host_bed: HostBed, tmp_path_factory: pytest.TempPathFactory) -> Itera
     yield kernel
     kernel.stop()
     assert agents_left_after(15) == []
+    for node, before in listening.items():
+        assert host_bed.listening(node) == before, node
 
 
 def test_closure_runs_on_every_host_in_rank_order(kernel: LoginKernel, host_bed: HostBed) -> None:
@@ -64,6 +69,28 @@ print("LEFT", gone())
         assert f"[{node} rank{rank}]: hello from {node} as {rank}\n" in out, out
     assert "LEFT []" in out, out
     assert _remote_pids(host_bed, "node1") == []
+
+
+def test_the_notebooks_machine_may_be_one_of_the_hosts(
+    host_bed: HostBed, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A kernel on node1 launching on node1 and node2: its own machine is reached over ssh like
+    the other, serves the store, and runs ranks 0 and 1."""
+    kernel = LoginKernel(host_bed, tmp_path_factory.mktemp("node1-kernel"), machine="node1")
+    try:
+        out = kernel.ok(
+            SETUP
+            + closure()
+            + """
+print("RESULTS", notebook_launcher(make(1.0), (1.0,), num_processes=2,
+                                   hosts=["node1", "node2"]))
+"""
+        )
+    finally:
+        kernel.stop()
+    expected = [("node1", 0, 10.0), ("node1", 1, 10.0), ("node2", 2, 10.0), ("node2", 3, 10.0)]
+    assert f"RESULTS {expected}" in out, out
+    assert agents_left_after(15) == []
 
 
 def test_a_rank_raising_on_node2_raises_in_the_cell(kernel: LoginKernel, host_bed: HostBed) -> None:
