@@ -45,6 +45,47 @@ def nbaccel(
     )
 
 
+_MANY = """
+import contextlib, io, json, sys
+from nbaccel.cli.main import main
+answers = []
+for argv in json.loads(sys.argv[1]):
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    answers.append([code, out.getvalue(), err.getvalue()])
+print(json.dumps(answers))
+"""
+
+
+def nbaccel_each(
+    argvs: list[list[str]], home: Path, cwd: Path | None = None
+) -> list[subprocess.CompletedProcess[str]]:
+    """``nbaccel ARGS`` for each of ``argvs``: the command's own ``main`` called in turn in one
+    fresh process (the commands that refuse their arguments before starting anything: one
+    interpreter start for all of them); one result each, as :func:`nbaccel` gives."""
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-c", _MANY, json.dumps(argvs)],
+        cwd=cwd or home,
+        env=cli_environ(home),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, detail(done)
+    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    return [
+        subprocess.CompletedProcess(argv, code, out, err)
+        for argv, (code, out, err) in zip(argvs, answers, strict=True)
+    ]
+
+
 def detail(done: subprocess.CompletedProcess[str]) -> str:
     """Exit code and output, for assertion messages."""
     return f"exit {done.returncode}\nstdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-4000:]}"

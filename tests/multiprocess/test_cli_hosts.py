@@ -28,29 +28,27 @@ def work(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize(
-    ("flags", "words"),
-    [
-        (["--hosts", "node1,-oProxyCommand=x"], "key 'hosts' is not valid: hosts[1]="),
-        (["--hosts", "node1, node1"], "hosts names 'node1' twice"),
-        (["--hosts", "node1:0"], "a port is a number from 1 to 65535"),
-        (["--hosts", "slurm"], "outside one (SLURM_JOB_ID is not set)"),
-        (["--hosts_python", "/opt/py"], "--hosts_python only applies to a launch on other"),
-        (["--hosts", "node1", "--hosts_connect_timeout", "0"], "'hosts_connect_timeout'"),
-        (
-            ["--hosts", "node1,node2", "--num_machines", "2", "--main_process_ip", "10.0.0.1"],
-            "so num_machines and machine_rank do not apply",
-        ),
-        (["--hosts", "node1", "--num_processes", "0"], "key 'num_processes' has the value 0"),
-    ],
-)
-def test_bad_hosts_settings_exit_2_before_anything_starts(
-    work: Path, flags: list[str], words: str
-) -> None:
-    done = h.nbaccel("launch", *flags, "hello.py", home=work)
-    assert done.returncode == 2, h.detail(done)
-    assert words in done.stderr, h.detail(done)
-    assert "hello" not in done.stdout and "Launching" not in done.stdout
+BAD_FLAGS = [
+    (["--hosts", "node1,-oProxyCommand=x"], "key 'hosts' is not valid: hosts[1]="),
+    (["--hosts", "node1, node1"], "hosts names 'node1' twice"),
+    (["--hosts", "node1:0"], "a port is a number from 1 to 65535"),
+    (["--hosts", "slurm"], "outside one (SLURM_JOB_ID is not set)"),
+    (["--hosts_python", "/opt/py"], "--hosts_python only applies to a launch on other"),
+    (["--hosts", "node1", "--hosts_connect_timeout", "0"], "'hosts_connect_timeout'"),
+    (
+        ["--hosts", "node1,node2", "--num_machines", "2", "--main_process_ip", "10.0.0.1"],
+        "so num_machines and machine_rank do not apply",
+    ),
+    (["--hosts", "node1", "--num_processes", "0"], "key 'num_processes' has the value 0"),
+]
+
+
+def test_bad_hosts_settings_exit_2_before_anything_starts(work: Path) -> None:
+    argvs = [["launch", *flags, "hello.py"] for flags, _ in BAD_FLAGS]
+    for (flags, words), done in zip(BAD_FLAGS, h.nbaccel_each(argvs, home=work), strict=True):
+        assert done.returncode == 2, (flags, h.detail(done))
+        assert words in done.stderr, (flags, h.detail(done))
+        assert "hello" not in done.stdout and "Launching" not in done.stdout, flags
 
 
 def test_the_config_files_hosts_apply_and_the_flag_clears_them(work: Path) -> None:
