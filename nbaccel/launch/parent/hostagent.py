@@ -252,10 +252,11 @@ class Agent:
 def _hello() -> tuple[wire.Hello, socket.socket]:
     """The hello, and the socket its port is bound to (listening on that one address)."""
     address = _own_address()
-    listener = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((address, 0))
-    listener.listen(1024)
+    try:
+        listener = _listener(address)
+    except OSError:  # a name that resolves to an address of no interface here
+        address = ""
+        listener = _listener(address)
     port = int(listener.getsockname()[1])
     hello = wire.Hello(
         python=f"{sys.version_info.major}.{sys.version_info.minor}",
@@ -268,6 +269,18 @@ def _hello() -> tuple[wire.Hello, socket.socket]:
         pid=os.getpid(),
     )
     return hello, listener
+
+
+def _listener(address: str) -> socket.socket:
+    listener = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((address, 0))
+        listener.listen(1024)
+    except OSError:
+        listener.close()
+        raise
+    return listener
 
 
 def _own_address() -> str:
