@@ -67,12 +67,31 @@ tier multinode 300 tests/multinode
 # one notebook, many machines: a login node and two compute nodes (network namespaces) running
 # a real sshd and a real SLURM; tests/hosts/install.sh installs the daemons once per machine
 timeout 600 bash tests/hosts/install.sh
-tier hosts 360 tests/hosts -m hosts
-tier browser 240 tests/browser
-# the xla tier: the real torch_xla 2.9 on its CPU device, with torch 2.9, in a venv of its own
-# built once per machine by tests/xla/make_env.sh (outside the repository; reused afterwards)
+# The browser and xla tiers share nothing with the hosts bed and need little of the machine
+# while the bed's tests mostly wait on their hosts: they run beside it, each into a log of its
+# own that is shown once it ended; any of the three failing fails the run.
+# The xla tier: the real torch_xla 2.9 on its CPU device, with torch 2.9, in a venv of its own
+# built once per machine by tests/xla/make_env.sh (outside the repository; reused afterwards).
 xla_python=$(timeout 900 bash tests/xla/make_env.sh)
-PJRT_DEVICE=CPU PYTHONPATH="${PWD}" TIER_PYTHON="${xla_python}" tier xla 300 tests/xla
+beside=$(mktemp -d)
+tier browser 240 tests/browser > "${beside}/browser.log" 2>&1 &
+browser_pid=$!
+PJRT_DEVICE=CPU PYTHONPATH="${PWD}" TIER_PYTHON="${xla_python}" tier xla 300 tests/xla \
+  > "${beside}/xla.log" 2>&1 &
+xla_pid=$!
+hosts_rc=0
+tier hosts 360 tests/hosts -m hosts || hosts_rc=$?
+browser_rc=0
+wait "${browser_pid}" || browser_rc=$?
+cat "${beside}/browser.log"
+xla_rc=0
+wait "${xla_pid}" || xla_rc=$?
+cat "${beside}/xla.log"
+rm -rf "${beside}"
+if [ "${hosts_rc}" -ne 0 ] || [ "${browser_rc}" -ne 0 ] || [ "${xla_rc}" -ne 0 ]; then
+  echo "tiers failed: hosts ${hosts_rc}, browser ${browser_rc}, xla ${xla_rc}" >&2
+  exit 1
+fi
 if python -c "import sys; from nbaccel.environment import cuda_device_count as n; sys.exit(n() == 0)"; then
   tier gpu 900 tests/gpu
 else  # no CUDA GPU here: the tier is only collected (each test would be skipped)

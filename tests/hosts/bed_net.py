@@ -4,9 +4,9 @@
 ``node2`` (.12) are plugged into it by veth pairs (``eth0`` on the node, ``port-nodeN`` on the
 bridge), so every machine reaches every other and nothing is routed to the root namespace, where
 the bed creates no interface at all. Each namespace has its own hosts file
-(``/etc/netns/<ns>/hosts``, which ``ip netns exec`` mounts over ``/etc/hosts``); the login
-machine also has its own ``passwd`` naming the bed's home as root's home, because ssh finds
-``~/.ssh`` through the password database, never through ``$HOME``.
+(``/etc/netns/<ns>/hosts``, which ``ip netns exec`` mounts over ``/etc/hosts``) and its own
+``passwd`` naming the bed's home as root's home, because ssh finds ``~/.ssh`` through the
+password database, never through ``$HOME`` (a kernel on a node uses ssh too).
 
 A namespace carries no hostname, so every process started on a machine goes through
 ``unshare --uts`` and ``hostname``: ``gethostname()`` says ``node1`` on node1, as slurmd (which
@@ -66,15 +66,16 @@ class Network:
         ]
 
     def create(self, home: Path) -> None:
-        for machine, ns in self.ns.items():
+        for ns in self.ns.values():
             ip("netns", "add", ns)
             ip("-n", ns, "link", "set", "lo", "up")
             etc = NETNS_ETC / ns
             etc.mkdir(parents=True, exist_ok=True)
             names = "".join(f"{address} {name}\n" for name, address in ADDRESSES.items())
             (etc / "hosts").write_text(f"127.0.0.1 localhost\n{names}")
-            if machine == "login":
-                (etc / "passwd").write_text(_passwd_with_home(str(home)))
+            # root's home is the bed's on every machine: ssh reads ~/.ssh from the password
+            # file (a notebook on a node may start ranks on its own node and the others)
+            (etc / "passwd").write_text(_passwd_with_home(str(home)))
         login = self.ns["login"]
         ip("-n", login, "link", "add", "name", "br0", "type", "bridge")
         ip("-n", login, "addr", "add", f"{ADDRESSES['login']}/24", "dev", "br0")
