@@ -4,7 +4,49 @@ kernel prints to show what is left behind, and ``nothing`` how it prints when no
 
 from __future__ import annotations
 
-from tests.hosts.login_kernel import LoginKernel
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.hosts.bed import HostBed
+from tests.hosts.login_kernel import AGENT, LoginKernel, agents_left_after
+
+# What a test kernel defines first: ``gone()``, the agents and ranks still running (every
+# machine of the bed shares one process table, so one pgrep sees node1's and node2's), and
+# ``gone_after(s)``, the same once they had ``s`` seconds to end (a cut machine's agent stops
+# its ranks only after node_timeout).
+GONE = """
+import socket, time
+
+def gone():
+    import subprocess
+    found = subprocess.run(["pgrep", "-f", "@AGENT@"], capture_output=True, text=True)
+    return found.stdout.split()
+
+def gone_after(seconds):
+    deadline = time.monotonic() + seconds
+    while gone() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return gone()
+""".replace("@AGENT@", AGENT)
+
+
+@contextlib.contextmanager
+def module_kernel(bed: HostBed, cwd: Path, setup: str) -> Iterator[LoginKernel]:
+    """A login kernel that ran :data:`GONE` and ``setup``; once it ended, no agent, no rank and
+    no listening socket of what it started is left on either node."""
+    listening = {node: bed.listening(node) for node in ("node1", "node2")}
+    kernel = LoginKernel(bed, cwd)
+    done = kernel.run(GONE + setup, timeout=120)
+    assert done["error"] is None, done
+    try:
+        yield kernel
+    finally:
+        kernel.stop()
+    assert agents_left_after(15) == []
+    for node, before in listening.items():
+        assert bed.listening(node) == before, node
+
 
 # A notebook closure that all-reduces across every host and says where it ran; ``EXTRA`` is
 # one more value each rank returns (an expression of the cell's own).

@@ -15,19 +15,16 @@ from pathlib import Path
 import pytest
 
 from tests.hosts.bed import HostBed
-from tests.hosts.launches import check_a_rank_failing_on_node2, check_an_interrupt, closure
+from tests.hosts.launches import (
+    GONE,
+    check_a_rank_failing_on_node2,
+    check_an_interrupt,
+    closure,
+    module_kernel,
+)
 from tests.hosts.login_kernel import AGENT, LoginKernel, agents_left_after
 
-SETUP = """
-import socket, time
-from nbaccel import notebook_launcher
-
-def gone():
-    # every host: the same process table here, so one pgrep sees node1's and node2's
-    import subprocess
-    found = subprocess.run(["pgrep", "-f", "@AGENT@"], capture_output=True, text=True)
-    return found.stdout.split()
-""".replace("@AGENT@", AGENT)
+SETUP = "from nbaccel import notebook_launcher\n"
 
 
 def _remote_pids(bed: HostBed, node: str) -> list[str]:
@@ -40,18 +37,10 @@ def _remote_pids(bed: HostBed, node: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def kernel(host_bed: HostBed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoginKernel]:
-    """The module's kernel; after every launch of the module, however each ended, no agent,
-    no rank and no listening socket is left on either node."""
-    listening = {node: host_bed.listening(node) for node in ("node1", "node2")}
-    cwd = tmp_path_factory.mktemp("hosts-kernel")
-    kernel = LoginKernel(host_bed, cwd)
-    done = kernel.run(SETUP, timeout=120)
-    assert done["error"] is None, done
-    yield kernel
-    kernel.stop()
-    assert agents_left_after(15) == []
-    for node, before in listening.items():
-        assert host_bed.listening(node) == before, node
+    """The module's kernel: after every launch of the module, however each ended, nothing is
+    left on either node (:func:`module_kernel`)."""
+    with module_kernel(host_bed, tmp_path_factory.mktemp("hosts-kernel"), SETUP) as kernel:
+        yield kernel
 
 
 def test_closure_runs_on_every_host_in_rank_order(kernel: LoginKernel, host_bed: HostBed) -> None:
@@ -79,7 +68,8 @@ def test_the_notebooks_machine_may_be_one_of_the_hosts(
     kernel = LoginKernel(host_bed, tmp_path_factory.mktemp("node1-kernel"), machine="node1")
     try:
         out = kernel.ok(
-            SETUP
+            GONE
+            + SETUP
             + closure()
             + """
 print("RESULTS", notebook_launcher(make(1.0), (1.0,), num_processes=2,

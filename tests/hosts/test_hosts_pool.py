@@ -15,51 +15,27 @@ from collections.abc import Iterator
 import pytest
 
 from tests.hosts.bed import HostBed
-from tests.hosts.launches import closure
-from tests.hosts.login_kernel import AGENT, LoginKernel, agents_left_after
+from tests.hosts.launches import closure, module_kernel
+from tests.hosts.login_kernel import AGENT, LoginKernel
 
-SETUP = """
-import socket, time
-from nbaccel import WorkerPool
-
-def gone():
-    # every host: the same process table here, so one pgrep sees node1's and node2's
-    import subprocess
-    found = subprocess.run(["pgrep", "-f", "@AGENT@"], capture_output=True, text=True)
-    return found.stdout.split()
-
-def gone_after(seconds):
-    # a machine cut from the bed: its agent stops its ranks after node_timeout
-    deadline = time.monotonic() + seconds
-    while gone() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return gone()
-""".replace("@AGENT@", AGENT)
+SETUP = "from nbaccel import WorkerPool\n"
 
 
 @pytest.fixture(scope="module")
 def kernel(host_bed: HostBed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoginKernel]:
-    cwd = tmp_path_factory.mktemp("hosts-pool-kernel")
-    kernel = LoginKernel(host_bed, cwd)
-    done = kernel.run(SETUP, timeout=120)
-    assert done["error"] is None, done
-    yield kernel
-    kernel.stop()
-    assert agents_left_after(15) == []
+    with module_kernel(host_bed, tmp_path_factory.mktemp("hosts-pool-kernel"), SETUP) as kernel:
+        yield kernel
 
 
 @pytest.fixture(scope="module")
 def pool(kernel: LoginKernel, host_bed: HostBed) -> Iterator[str]:
     """A pool of 2 ranks on each of node1 and node2, named ``pool`` in the kernel; once it is
-    shut down, no process and no listening socket of its is left on either node."""
-    listening = {node: host_bed.listening(node) for node in ("node1", "node2")}
+    shut down, none of its processes is left (the kernel's fixture checks the listeners)."""
     out = kernel.ok('pool = WorkerPool(num_processes=2, hosts=["node1", "node2"], node_timeout=10)')
     assert "Starting a pool of 4 processes on 2 machines (node1, node2; 2 each) over ssh" in out
     yield "pool"
     out = kernel.ok("pool.shutdown(); print('LEFT', gone_after(20))")
     assert "LEFT []" in out, out
-    for node, before in listening.items():
-        assert host_bed.listening(node) == before, node
 
 
 def test_calls_reach_every_rank_of_every_host_in_rank_order(kernel: LoginKernel, pool: str) -> None:
@@ -198,7 +174,7 @@ def test_nothing_is_left_when_the_kernel_dies(
     before = set(_agents())
     other = LoginKernel(host_bed, tmp_path_factory.mktemp("hosts-pool-dying"))
     try:
-        other.ok(SETUP + '\np = WorkerPool(num_processes=1, hosts=["node1", "node2"])')
+        other.ok(SETUP + 'p = WorkerPool(num_processes=1, hosts=["node1", "node2"])')
         started = set(_agents()) - before
         assert len(started) >= 4, started  # its two agents and their ranks (and ssh)
     finally:
