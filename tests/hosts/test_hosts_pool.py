@@ -54,6 +54,17 @@ print("WORLD", pool.world_size, pool.hosts)
         assert f"[{node} rank{rank}]: hello from {node} as {rank}\n" in out, out
 
 
+def test_each_calls_output_reaches_its_own_cell(kernel: LoginKernel, pool: str) -> None:
+    """A rank's output comes back before its reply (the agent forwards what a rank wrote
+    before the message that follows it): every line is in the cell of the call that printed
+    it, never in a later one."""
+    for call in range(8):
+        out = kernel.ok(f"_ = pool.execute('print(\"call {call} rank\", rank)')")
+        for rank in range(4):
+            assert f"rank{rank}]: call {call} rank {rank}\n" in out, (call, out)
+        assert f"call {call - 1} " not in out, (call, out)
+
+
 def test_namespaces_stay_warm_with_push_pull_and_cells(kernel: LoginKernel, pool: str) -> None:
     out = kernel.ok(
         """

@@ -216,19 +216,29 @@ class Agent:
             rank.handle.conn.close()
             rank.handle.conn_open = False
             return
+        # what the rank wrote before this message goes first: a reply must not reach the
+        # notebook before the output of its task (the cell would end without its last lines)
+        for fd in list(rank.outputs):
+            while self._forward_output(number, rank, fd):
+                pass
         self.send(wire.Message(number, data))
 
-    def _forward_output(self, number: int, rank: _Rank, fd: int) -> None:
+    def _forward_output(self, number: int, rank: _Rank, fd: int) -> bool:
+        """Forward one read of ``fd``; True when there may be more to read now."""
+        stream = rank.outputs.get(fd)
+        if stream is None:  # closed earlier in this round
+            return False
         try:
             data = os.read(fd, 1 << 16)
         except BlockingIOError:
-            return
+            return False
         except OSError:
             data = b""
-        self.send(wire.Output(number, rank.outputs[fd], data))
+        self.send(wire.Output(number, stream, data))
         if not data:
             del rank.outputs[fd]
             os.close(fd)
+        return bool(data)
 
     def _done(self) -> bool:
         if not all(rank.exit_sent for rank in self.ranks.values()):
