@@ -20,6 +20,8 @@ from .poolerrors import (
     RESTARTED,
     PoolBrokenError,
     PoolClosedError,
+    RankDied,
+    RanksStuck,
     TaskTimeoutError,
     broken_problem,
     died_error,
@@ -31,7 +33,7 @@ from .poolerrors import (
     stuck_message,
     task_states,
 )
-from .poolgroup import PoolGroup, RankDied, RanksStuck, close_groups_quietly, weak_forward
+from .poolgroup import PoolGroup, close_groups_quietly, weak_forward
 from .poolhosts import HostsPoolGroup
 from .poolstatus import RankBook, select_ranks, values_of
 from .watch import stall_error

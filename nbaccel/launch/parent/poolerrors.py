@@ -16,6 +16,8 @@ __all__ = [
     "RESTARTED",
     "PoolBrokenError",
     "PoolClosedError",
+    "RankDied",
+    "RanksStuck",
     "TaskTimeoutError",
     "add_note",
     "broken_problem",
@@ -54,6 +56,33 @@ def broken_problem(error: BaseException) -> str:
         f"the pool is broken: {first}. Call pool.restart() to start new workers (every "
         "namespace is lost), or pool.shutdown()."
     )
+
+
+class RankDied(Exception):
+    """A worker of the generation ended (its fate says how); the generation is unusable."""
+
+    def __init__(self, error: BaseException, fates: list[RankFate]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.fates = fates
+
+
+class RanksStuck(Exception):
+    """Ranks did not answer within the grace period (or the call's timeout), or waited in a
+    collective that stalled (``reason`` ``"stall"``, with ``on_stall="raise"``)."""
+
+    def __init__(
+        self,
+        ranks: list[int],
+        replies: dict[int, TaskReply],
+        reason: str,
+        stalled: tuple[Finding, WhereTable] | None = None,
+    ) -> None:
+        super().__init__(f"rank(s) {ranks} did not finish ({reason})")
+        self.ranks = ranks
+        self.replies = replies
+        self.reason = reason
+        self.stalled = stalled
 
 
 class PoolBrokenError(RuntimeError):

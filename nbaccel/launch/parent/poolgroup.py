@@ -32,6 +32,7 @@ from .dashboards import StopFlag
 from .errors import RankFate, build_error
 from .launchgroup import raised_in
 from .localranks import LocalRanks, worker_env
+from .poolerrors import RankDied, RanksStuck
 from .stalls import Finding
 from .supervisor import Supervisor, WorkerLink
 from .taskpipes import TaskPipes, TaskSender
@@ -41,40 +42,11 @@ from .wheretable import WhereTable
 __all__ = [
     "CurrentStream",
     "PoolGroup",
-    "RankDied",
-    "RanksStuck",
     "close_groups_quietly",
     "weak_forward",
 ]
 
 _POLL_S = 0.05
-
-
-class RankDied(Exception):
-    """A worker of the generation ended (its fate says how); the generation is unusable."""
-
-    def __init__(self, error: BaseException, fates: list[RankFate]) -> None:
-        super().__init__(str(error))
-        self.error = error
-        self.fates = fates
-
-
-class RanksStuck(Exception):
-    """Ranks did not answer within the grace period (or the call's timeout), or waited in a
-    collective that stalled (``reason`` ``"stall"``, with ``on_stall="raise"``)."""
-
-    def __init__(
-        self,
-        ranks: list[int],
-        replies: dict[int, TaskReply],
-        reason: str,
-        stalled: tuple[Finding, WhereTable] | None = None,
-    ) -> None:
-        super().__init__(f"rank(s) {ranks} did not finish ({reason})")
-        self.ranks = ranks
-        self.replies = replies
-        self.reason = reason
-        self.stalled = stalled
 
 
 class CurrentStream:

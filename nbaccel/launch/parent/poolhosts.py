@@ -16,7 +16,8 @@ from typing import TextIO, cast
 from ..spec import WorkerMode
 from .hoststart import AgentTasks, HostAgents, host_prefixes, host_spec, job_starter
 from .localranks import LocalRanks
-from .poolgroup import CurrentStream, PoolGroup, RankDied
+from .poolerrors import RankDied
+from .poolgroup import CurrentStream, PoolGroup
 from .relay import OutputRelay
 from .render import cell_renderer
 from .supervisor import Supervisor
