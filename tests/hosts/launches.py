@@ -5,7 +5,9 @@ kernel prints to show what is left behind, and ``nothing`` how it prints when no
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tests.hosts.bed import HostBed
@@ -116,3 +118,24 @@ except KeyboardInterrupt as exc:
     assert "running" in done["stdout"], done  # the interrupt came while the rank ran
     out = kernel.ok(f"time.sleep(1); print('CAUGHT', caught, 'LEFT', {left})")
     assert f"CAUGHT KeyboardInterrupt LEFT {nothing}" in out, out
+
+
+@contextlib.contextmanager
+def node2_cut_during(
+    kernel: LoginKernel, bed: HostBed, code: str, started: Callable[[], None]
+) -> Iterator[tuple[str, float]]:
+    """Run the cell ``code`` in the background, wait for ``started()``, cut node2's cable and
+    wait (up to 120 s) for the cell: yields its output and the seconds from the cut to its
+    end; node2 is plugged back in when the block ends."""
+    answer: dict[str, object] = {}
+    runner = threading.Thread(target=lambda: answer.update(kernel.run(code, timeout=180)))
+    runner.start()
+    started()
+    cut_at = time.monotonic()
+    bed.cut("node2")
+    try:
+        runner.join(120)
+        ended = time.monotonic() - cut_at
+        yield str(answer.get("stdout", "")) + str(answer.get("stderr", "")), ended
+    finally:
+        bed.restore("node2")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from tests.hosts.launches import (
     check_an_interrupt,
     closure,
     module_kernel,
+    node2_cut_during,
 )
 from tests.hosts.login_kernel import AGENT, LoginKernel, agents_left_after
 
@@ -310,12 +310,7 @@ except KeyboardInterrupt:
 
 
 def test_a_host_lost_mid_run_raises_machine_lost(kernel: LoginKernel, host_bed: HostBed) -> None:
-    answer: dict[str, object] = {}
-
-    def cell() -> None:
-        answer.update(
-            kernel.run(
-                """
+    code = """
 def wait():
     from nbaccel import PartialState
     PartialState()
@@ -327,34 +322,24 @@ try:
 except Exception as exc:
     print("RAISED", type(exc).__name__, exc)
 print("TOOK", time.monotonic() - t0)
-""",
-                timeout=180,
-            )
-        )
+"""
 
-    runner = threading.Thread(target=cell)
-    runner.start()
-    deadline = time.monotonic() + 90
-    # two ssh clients here, two agents and their two forked ranks on the nodes
-    while len(subprocess.run(["pgrep", "-f", AGENT], capture_output=True).stdout.split()) < 6:
-        assert time.monotonic() < deadline, "the ranks did not start"
-        time.sleep(0.5)
-    time.sleep(3)  # the ranks joined their group
-    cut_at = time.monotonic()
-    host_bed.cut("node2")
-    try:
-        runner.join(120)
-        ended = time.monotonic() - cut_at
-        out = str(answer.get("stdout", "")) + str(answer.get("stderr", ""))
-        assert "RAISED MachineLostError machine 1 (node2) was lost" in out, answer
+    def ranks_joined() -> None:
+        deadline = time.monotonic() + 90
+        # two ssh clients here, two agents and their two forked ranks on the nodes
+        while len(subprocess.run(["pgrep", "-f", AGENT], capture_output=True).stdout.split()) < 6:
+            assert time.monotonic() < deadline, "the ranks did not start"
+            time.sleep(0.5)
+        time.sleep(3)  # the ranks joined their group
+
+    with node2_cut_during(kernel, host_bed, code, ranks_joined) as (out, ended):
+        assert "RAISED MachineLostError machine 1 (node2) was lost" in out, out
         # where node1's rank was then (node2's cannot answer any more)
         assert "Where every rank was when node2 was lost:" in out, out
         assert re.search(r"\n  0 +node1 +running +In \[\d+\], line \d+ +time\.sleep\(600\)", out)
         assert ended < 30, (ended, out)
         # node2's agent hears nothing from the notebook either: it stops its rank by itself
         assert agents_left_after(20) == []
-    finally:
-        host_bed.restore("node2")
 
 
 def test_a_missing_working_directory_is_named(kernel: LoginKernel) -> None:

@@ -8,14 +8,13 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from tests.hosts.bed import HostBed
-from tests.hosts.launches import closure, module_kernel
+from tests.hosts.launches import closure, module_kernel, node2_cut_during
 from tests.hosts.login_kernel import AGENT, LoginKernel
 
 SETUP = "from nbaccel import WorkerPool\n"
@@ -200,12 +199,7 @@ def test_a_machine_lost_during_a_call_breaks_the_pool_and_restart_brings_it_back
     kernel: LoginKernel, host_bed: HostBed
 ) -> None:
     kernel.ok('lossy = WorkerPool(num_processes=1, hosts=["node1", "node2"], node_timeout=10)')
-    answer: dict[str, object] = {}
-
-    def cell() -> None:
-        answer.update(
-            kernel.run(
-                """
+    code = """
 t0 = time.monotonic()
 try:
     lossy.run(lambda: time.sleep(600))
@@ -213,26 +207,13 @@ except Exception as exc:
     print("RAISED", type(exc).__name__, exc)
     print("\\n".join(exc.__notes__))  # what the traceback shows under the error
 print("TOOK", time.monotonic() - t0, "STATE", lossy.state)
-""",
-                timeout=180,
-            )
-        )
-
-    runner = threading.Thread(target=cell)
-    runner.start()
-    time.sleep(3)  # the call reached both ranks
-    cut_at = time.monotonic()
-    host_bed.cut("node2")
-    try:
-        runner.join(120)
-        ended = time.monotonic() - cut_at
-        out = str(answer.get("stdout", "")) + str(answer.get("stderr", ""))
-        assert "RAISED MachineLostError machine 1 (node2) was lost" in out, answer
+"""
+    reached = lambda: time.sleep(3)  # noqa: E731 - the call reached both ranks
+    with node2_cut_during(kernel, host_bed, code, reached) as (out, ended):
+        assert "RAISED MachineLostError machine 1 (node2) was lost" in out, out
         assert "the pool is broken" in out and "STATE broken" in out, out
         assert re.search(r"\n  0 +node1 +running +In \[\d+\], line \d+", out), out
         assert ended < 40, (ended, out)
-    finally:
-        host_bed.restore("node2")
     out = kernel.ok(
         "lossy.restart(); print('BACK', lossy.run(socket.gethostname)); lossy.shutdown()"
     )
