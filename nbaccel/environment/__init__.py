@@ -34,7 +34,7 @@ from .launch import (
     store_prefix_variables,
     user_thread_count,
 )
-from .memory import process_rss
+from .memory import gpu_memory, process_rss
 from .precision import (
     FP16_DEVICE_TYPES,
     fp16_fallback_warning,
@@ -72,6 +72,7 @@ __all__ = [
     "fsdp_launch_variables",
     "fsdp_ram_efficient_loading_enabled",
     "gloo_socket_interface",
+    "gpu_memory",
     "hardware_description",
     "in_colab",
     "in_kaggle",

@@ -18,6 +18,7 @@ __all__ = [
     "BarEvent",
     "DisplayEvent",
     "Event",
+    "MemoryEvent",
     "MetricsEvent",
     "PoolStateEvent",
     "ProgressEvent",
@@ -81,6 +82,16 @@ class MetricsEvent(Event):
 
     values: dict[str, float] = field(default_factory=dict)
     step: int | None = None
+
+
+@dataclass(frozen=True)
+class MemoryEvent(Event):
+    """The memory a rank on another machine holds, in bytes: sent every few seconds by the
+    agent of its host (``hosts=``), which measures its ranks as the dashboard measures this
+    machine's; ``gpu_memory`` is None without a GPU there."""
+
+    rss: int | None = None
+    gpu_memory: int | None = None
 
 
 def emit(event: Event) -> bool:

@@ -10,10 +10,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..environment import process_rss
-from ..launch.events import MetricsEvent, ProgressEvent, RankStateEvent, TaskEvent
+from ..environment import gpu_memory, process_rss
+from ..launch.events import (
+    MemoryEvent,
+    MetricsEvent,
+    ProgressEvent,
+    RankStateEvent,
+    TaskEvent,
+)
 from ..launch.parent.errors import LaunchStopped
-from .memory import format_bytes, gpu_memory
+from .memory import format_bytes
 
 __all__ = ["DashboardState", "RankView"]
 
@@ -122,6 +128,10 @@ class DashboardState:
             elif isinstance(event, TaskEvent):  # a worker pool's rank: its current cell
                 view.state = event.state
                 view.detail = event.label if event.state == "running" else ""
+            elif isinstance(event, MemoryEvent):  # a rank on another machine (hosts=)
+                view.rss = event.rss
+                if event.gpu_memory is not None:
+                    view.gpu_memory = event.gpu_memory
 
     def chain(self, on_event: Callable[[Any], None] | None) -> Callable[[Any], None]:
         """An ``on_event`` callback that feeds this state, then calls ``on_event``."""

@@ -110,20 +110,29 @@ finally:
 
 
 def test_the_dashboard_shows_every_rank_of_every_host(kernel: LoginKernel) -> None:
+    """Every rank beside its machine, with the memory its host's agent measured: each rank
+    reads its own RSS while it waits out two of the agents' 2-second rounds, and the
+    dashboard's figure for it is within a quarter of that (a pid means nothing here)."""
     out = kernel.ok(
         """
-import io
+import io, time
 from nbaccel.widgets import TextDashboard
+def own_rss():
+    import psutil
+    time.sleep(4.5)
+    return psutil.Process().memory_info().rss
 board = TextDashboard(io.StringIO())
-notebook_launcher(lambda: socket.gethostname(), num_processes=2, hosts=["node1", "node2"],
-                  dashboard=board)
+own = notebook_launcher(own_rss, num_processes=2, hosts=["node1", "node2"], dashboard=board)
 print(board.summary())
+shown = [board.ranks[rank].rss for rank in range(4)]
+print("RSS", [s is not None and abs(s - o) < o / 4 for s, o in zip(shown, own)], shown, own)
 print("LEFT", gone())
 """,
     )
     assert "on 2 machines: node1, node2" in out, out
     for rank in range(4):
         assert f"  rank {rank} (node{1 + rank // 2}): finished" in out, out
+    assert "RSS [True, True, True, True]" in out, out
     assert "LEFT []" in out, out
 
 

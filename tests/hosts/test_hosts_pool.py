@@ -78,15 +78,41 @@ print("LAST", pool.execute("len(seen[0]) + scale", ranks=[1, 3]))
 
 
 def test_status_and_where_name_each_ranks_host(kernel: LoginKernel, pool: str) -> None:
+    """Each row names its host; ``rss`` is what the rank's agent measured (every 2 s), within
+    a quarter of what the idle rank reads of itself."""
     out = kernel.ok(
         """
-print("STATUS", [(r["rank"], r["host"], r["state"], r["rss"]) for r in pool.status()])
+import time
+own = pool.run(lambda: __import__("psutil").Process().memory_info().rss)
+time.sleep(4.5)
+rows = pool.status()
+print("STATUS", [(r["rank"], r["host"], r["state"]) for r in rows])
+print("RSS", [r["rss"] is not None and abs(r["rss"] - o) < o / 4 for r, o in zip(rows, own)])
 print("WHERE", [(r["rank"], r["host"], r["state"]) for r in pool.where()])
 """
     )
-    status = [(r, f"node{1 + r // 2}", "idle", None) for r in range(4)]
+    status = [(r, f"node{1 + r // 2}", "idle") for r in range(4)]
     assert f"STATUS {status}" in out, out
+    assert "RSS [True, True, True, True]" in out, out
     assert f"WHERE {[(r, f'node{1 + r // 2}', 'idle') for r in range(4)]}" in out, out
+
+
+def test_a_pools_dashboard_shows_the_memory_of_its_ranks_elsewhere(kernel: LoginKernel) -> None:
+    """While a call runs, the dashboard of a pool on a host gets what that host's agent
+    measured (a pid of node1 means nothing here)."""
+    out = kernel.ok(
+        """
+import io
+from nbaccel.widgets import TextDashboard
+board = TextDashboard(io.StringIO())
+with WorkerPool(num_processes=1, hosts=["node1"], dashboard=board) as single:
+    own = single.run(lambda: (__import__("time").sleep(4.5),
+                              __import__("psutil").Process().memory_info().rss)[1])[0]
+    shown = board.ranks[0].rss
+print("SHOWN", shown is not None and abs(shown - own) < own / 4, shown, own)
+"""
+    )
+    assert "SHOWN True" in out, out  # what it leaves behind: the module's kernel checks
 
 
 def test_the_store_listens_on_one_address_and_its_keys_need_the_secret(

@@ -10,6 +10,7 @@ from ..remote import RemoteException
 from ..states import Fate
 
 __all__ = [
+    "HostError",
     "LaunchStopped",
     "LaunchTimeoutError",
     "RankFate",
@@ -216,3 +217,19 @@ def build_error(cause: RankFate, fates: list[RankFate]) -> BaseException:
     else:
         kind, message = "exit", f"{cause.where} {cause.describe()} before returning a result"
     return WorkerError(cause.rank, cause.local_rank, kind, message, "", fates, host=cause.host)
+
+
+class HostError(RuntimeError):
+    """A machine of ``hosts=`` cannot take part (unreachable, other versions, its agent
+    failed); nothing was started on any machine, or what was is stopped.
+
+    Attributes:
+        host: the ``hosts=`` entry.
+    """
+
+    def __init__(self, host: str, message: str) -> None:
+        super().__init__(message)
+        self.host = host
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.host, str(self)))

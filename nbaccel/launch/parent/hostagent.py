@@ -34,6 +34,7 @@ from ..nodes.netif import route_to
 from ..nodes.rendezvous import StoreHost
 from ..spec import WorkerSpec
 from . import hostwire as wire
+from .hostusage import UsageClock
 from .processes import WorkerHandle, start_worker
 
 __all__ = ["main"]
@@ -69,6 +70,7 @@ class Agent:
         self.heard = time.monotonic()
         self.sent = 0.0
         self.node_timeout = 60.0
+        self.usage: UsageClock | None = None  # the ranks' memory, sent every few seconds
 
     # -- the channel ---------------------------------------------------------------------------
     def send(self, frame: wire.Frame) -> None:
@@ -103,6 +105,7 @@ class Agent:
         os.write(self.write_fd, wire.MAGIC)
         hello, self.listener = _hello()
         self.send(hello)
+        self.usage = UsageClock(hello.gpus)
         job = self._wait_for_job()
         try:
             specs = _load(job)
@@ -198,7 +201,14 @@ class Agent:
                 rank.exit_sent = True
                 rank.exited_at = time.monotonic()
                 self.send(wire.Exit(number, handle.exit_code))
+        self._send_usage()
         self._beat()
+
+    def _send_usage(self) -> None:
+        if self.usage is None or not self.usage.due():
+            return
+        live = {n: r.handle.pid for n, r in self.ranks.items() if r.handle.exit_code is None}
+        self.send(self.usage.measure(live))
 
     def _obey(self, frame: wire.Frame) -> None:
         if isinstance(frame, wire.Task) and frame.rank in self.ranks:

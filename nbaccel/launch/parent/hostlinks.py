@@ -25,6 +25,7 @@ from multiprocessing import Pipe
 from ..hostargs import HostTarget
 from ..slurmhosts import AGENT_MODULE
 from ..spec import WorkerSpec
+from .errors import HostError
 from .hostwire import (
     Exit,
     Fatal,
@@ -38,6 +39,7 @@ from .hostwire import (
     Ping,
     Signal,
     Started,
+    Usage,
     encode_frame,
 )
 from .processes import close_link
@@ -50,22 +52,6 @@ _CLOSE_WAIT_S = 5.0
 _STDERR_KEEP = 8192
 _LOST_CODE = -int(signal.SIGKILL)
 _SRUN_TERM_WAIT_S = 3.0  # srun passes SIGTERM on to the step, which then ends its agent
-
-
-class HostError(RuntimeError):
-    """A machine of ``hosts=`` cannot take part (unreachable, other versions, its agent
-    failed); nothing was started on any machine, or what was is stopped.
-
-    Attributes:
-        host: the ``hosts=`` entry.
-    """
-
-    def __init__(self, host: str, message: str) -> None:
-        super().__init__(message)
-        self.host = host
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.host, str(self)))
 
 
 class RemoteLink:
@@ -186,6 +172,7 @@ class AgentLink:
         self.hello: Hello | None = None
         self.lost: str | None = None  # why the agent is gone before its ranks ended
         self.fatal: str | None = None
+        self.memory: dict[int, tuple[int, int | None]] = {}  # rank -> RSS, GPU memory
         self.heard = time.monotonic()
         self._hello_seen = threading.Event()
         self._send_lock = threading.Lock()
@@ -302,6 +289,8 @@ class AgentLink:
             self.links[frame.rank].started(frame.pid)
         elif isinstance(frame, Exit) and frame.rank in self.links:
             self.links[frame.rank].ended(frame.code)
+        elif isinstance(frame, Usage):  # only the latest is kept (hostusage.py)
+            self.memory = frame.by_rank()
         elif isinstance(frame, Fatal):
             self.fatal = f"its agent failed: {frame.text.strip()}"
             self.declare_lost(self.fatal, end_ssh=False)  # the agent ends by itself

@@ -18,6 +18,7 @@ from typing import Any
 from ..spec import WorkerMode
 from .attempt import LaunchPlan
 from .hoststart import AgentTasks, HostAgents, host_prefixes, host_spec, job_starter
+from .hostusage import MemoryTicker
 from .launchgroup import LaunchGroup
 from .relay import OutputRelay
 from .render import cell_renderer
@@ -49,6 +50,12 @@ class HostsPlan(LaunchPlan):
         renderer = cell_renderer(config.display_ranks, ranks, prefixes, relay.drain)
         on_event = renderer.chain(self.on_event) if renderer is not None else self.on_event
         stop = threading.Event()
+        ticker = MemoryTicker(lambda: up.agents, on_event)
+
+        def waiting() -> None:
+            ticker.tick()  # the ranks' memory, as their agents measured it
+            self._on_wait(stop, None)
+
         try:
             specs = []
             for rank in ranks:
@@ -65,7 +72,7 @@ class HostsPlan(LaunchPlan):
                 config.timeout,
                 attempt=attempt,
                 stop_requested=stop,
-                on_wait=lambda: self._on_wait(stop, None),
+                on_wait=waiting,
                 starter=starter,
                 pipes=AgentTasks(up),
                 stall_timeout=config.stall_timeout,

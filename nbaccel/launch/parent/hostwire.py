@@ -9,7 +9,7 @@ skipped (and shown when no agent answers).
 Notebook -> agent: :class:`Job`, :class:`Signal`, :class:`Kill`, :class:`Ping`.
 Agent -> notebook: :class:`Hello`, :class:`Started`, :class:`Message` (a rank's message as
 ``protocol.encode`` wrote it), :class:`Output` (empty ``data``: that stream ended),
-:class:`Exit`, :class:`Fatal`, :class:`Ping`.
+:class:`Exit`, :class:`Fatal`, :class:`Ping`, :class:`Usage`.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ __all__ = [
     "Signal",
     "Started",
     "Task",
+    "Usage",
     "decode_frame",
     "encode_frame",
 ]
@@ -125,6 +126,19 @@ class Exit:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """The memory the agent's ranks hold, in bytes, measured every few seconds (JSON keys:
+    ranks as text; ``gpu`` only for ranks that hold GPU memory)."""
+
+    rss: dict[str, int]
+    gpu: dict[str, int] = field(default_factory=dict)
+
+    def by_rank(self) -> dict[int, tuple[int, int | None]]:
+        """Rank -> (RSS, GPU memory or None)."""
+        return {int(r): (size, self.gpu.get(r)) for r, size in self.rss.items()}
+
+
+@dataclass(frozen=True)
 class Fatal:
     """The agent cannot go on (its text says why); it stops its ranks and ends."""
 
@@ -132,10 +146,18 @@ class Fatal:
 
 
 Frame: TypeAlias = (
-    Hello | Job | Signal | Kill | Ping | Started | Message | Output | Task | Exit | Fatal
+    Hello | Job | Signal | Kill | Ping | Started | Message | Output | Task | Exit | Fatal | Usage
 )
 
-_JSON_KINDS: dict[int, type] = {1: Hello, 3: Signal, 4: Kill, 5: Ping, 6: Started, 9: Exit}
+_JSON_KINDS: dict[int, type] = {
+    1: Hello,
+    3: Signal,
+    4: Kill,
+    5: Ping,
+    6: Started,
+    9: Exit,
+    12: Usage,
+}
 _KIND_OF = {cls: kind for kind, cls in _JSON_KINDS.items()}
 _JOB, _MESSAGE, _OUTPUT, _FATAL, _TASK = 2, 7, 8, 10, 11
 

@@ -3,39 +3,33 @@
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..config import DEFAULT_STALL_TIMEOUT, LaunchConfig, positive_seconds
-from ..events import PoolStateEvent, TaskEvent
+from ..events import TaskEvent
 from ..guard import choose_start_method
 from ..protocol import TaskReply
-from ..states import PoolState, TaskState
 from ..tasks import CallTask, CellTask, PullTask, PushTask, encode_task
 from .attempt import banner
 from .dashboards import open_dashboard
 from .notebook import refuse_existing_state
 from .poolerrors import (
-    RESTARTED,
     PoolBrokenError,
     PoolClosedError,
     RankDied,
     RanksStuck,
     TaskTimeoutError,
-    broken_problem,
     died_error,
     interrupted_error,
     quiet,
     raise_first_error,
-    restart_failed,
     stuck_error,
     stuck_message,
     task_states,
 )
-from .poolgroup import PoolGroup, close_groups_quietly, weak_forward
-from .poolhosts import HostsPoolGroup
-from .poolstatus import RankBook, select_ranks, values_of
+from .poollife import PoolLife, finalize_with
+from .poolstatus import select_ranks, values_of
 from .watch import stall_error
 from .wheretable import WhereTable
 
@@ -141,30 +135,22 @@ class WorkerPool:
         self.method = (
             "fork" if remote else choose_start_method(self.config.start_method, self.config.debug)
         )
-        self._user_on_event = on_event
-        self._board = open_dashboard(dashboard)
-        self._group: PoolGroup | None = None
-        self._holder: list[PoolGroup] = []  # what the finaliser stops if the pool is dropped
-        self._finalizer = weakref.finalize(self, close_groups_quietly, self._holder)
-        self._generation = -1
+        board = open_dashboard(dashboard)
+        self._life = PoolLife(
+            self.config, self.method, self.start_timeout, self.grace_period, board, on_event
+        )
+        self._finalizer = finalize_with(self, self._life)
         self._task_id = 0
-        self._state = PoolState.STARTING
-        self._problem = ""
-        self._book = RankBook()
-        if self.config.hosts is not None:
-            placed = self.config.hosts
-            ranks = range(self.config.world_size)
-            self._book.hosts = {r: placed.host_of(r, self.num_processes) for r in ranks}
-        if self._board is not None:
-            self._board.begin(self.config)
+        if board is not None:
+            board.begin(self.config)
         if not remote:  # on hosts, the group says it once their agents have answered
             print(banner(self.config, self.method, verb="Starting a pool of"), flush=True)
         try:
-            self._start()
+            self._life.start()
         except BaseException as exc:
-            if self._board is not None:
+            if board is not None:
                 with contextlib.suppress(Exception):
-                    self._board.dashboard.end(exc)
+                    board.dashboard.end(exc)
             raise
 
     # -- the public calls --------------------------------------------------------------------
@@ -187,13 +173,13 @@ class WorkerPool:
     @property
     def dashboard(self) -> Any:
         """The dashboard that shows the pool (``dashboard=True`` or one given), else None."""
-        return self._board.dashboard if self._board is not None else None
+        return self._life.board.dashboard if self._life.board is not None else None
 
     @property
     def state(self) -> str:
         """``ready``, ``running``, ``broken`` (call :meth:`restart`) or ``closed``."""
-        self._notice_death()
-        return str(self._state)
+        self._life.notice_death()
+        return str(self._life.state)
 
     def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
         """Call ``function(*args, **kwargs)`` on every rank; returns one result per rank.
@@ -245,30 +231,23 @@ class WorkerPool:
         """One dict per rank: ``rank``, ``pid``, ``state`` (``idle``, ``running``, ``dead``,
         ``stopped``, ``closed``), ``cell`` (the task running now, else None), ``last_cell``,
         ``rss`` (bytes), ``device``; ``error`` says why when the pool is broken."""
-        self._notice_death()
-        return self._book.rows(self.world_size, self._state, self._problem)
+        self._life.notice_death()
+        return self._life.rows()
 
     def where(self) -> WhereTable:
         """Where every rank is now: one dict per rank (docs/pool.md), shown as a table; also
         while a call runs, asked from another thread (a console on this kernel)."""
-        return self._usable().where()
+        return self._life.usable().where()
 
     def restart(self) -> None:
         """Stop every worker and start new ones (a new group; every namespace is lost)."""
-        self._close_group()
+        self._life.close_group()
         print(f"nbaccel: restarting the pool's {self.world_size} processes.", flush=True)
-        self._start()
+        self._life.start()
 
     def shutdown(self) -> None:
         """Stop every worker and release everything the pool holds (idempotent)."""
-        if self._state == "closed":
-            return
-        self._close_group()
-        self._state = PoolState.CLOSED
-        self._emit(PoolStateEvent(rank=-1, state=PoolState.CLOSED))
-        if self._board is not None:
-            with contextlib.suppress(Exception):
-                self._board.dashboard.end(None)
+        self._life.close()
         self._finalizer.detach()
 
     def __enter__(self) -> WorkerPool:
@@ -279,161 +258,55 @@ class WorkerPool:
 
     def __repr__(self) -> str:
         on = f", hosts={self.hosts}" if self.hosts is not None else ""
-        return f"WorkerPool(num_processes={self.num_processes}{on}, state={str(self._state)!r})"
-
-    # -- lifecycle ---------------------------------------------------------------------------
-    def _start(self) -> None:
-        self._generation += 1
-        self._state, self._problem = PoolState.STARTING, ""
-        on_event = weak_forward(self)  # the group must not keep a dropped pool alive
-        line_sink = None
-        if self._board is not None:
-            on_event = self._board.dashboard.chain(on_event)
-            line_sink = self._board.line_sink
-        kind = HostsPoolGroup if self.config.hosts is not None else PoolGroup
-        group = kind(self.config, self.method, self._generation, on_event, line_sink)
-        self._holder[:] = [group]
-        try:
-            group.start(self.start_timeout)
-        except RankDied as died:
-            self._close_group()
-            self._state = PoolState.BROKEN
-            self._problem = f"the pool's workers failed to start: {died.error}"
-            raise quiet(died.error)  # noqa: B904 - its cause is the rank's WorkerError
-        except BaseException:
-            self._close_group()
-            self._state = PoolState.BROKEN
-            self._problem = "the pool's workers failed to start"
-            raise
-        self._group = group
-        self._book.devices = {r: ready.device for r, ready in group.ready.items()}
-        self._book.pids = group.pids()
-        self._book.current.clear()
-        self._state = PoolState.READY
-        remote = self.config.hosts is not None  # their pids are another machine's
-        if self._board is not None and self._board.set_pids is not None and not remote:
-            self._board.set_pids(group.pids())
-        self._emit(PoolStateEvent(rank=-1, state=PoolState.READY))
-        for rank in range(self.world_size):
-            self._emit(TaskEvent(rank=rank, state=TaskState.IDLE))
-
-    def _close_group(self, grace: float | None = None) -> None:
-        group, self._group = self._group, None
-        if group is None and self._holder:
-            group = self._holder[0]
-        self._holder.clear()
-        if group is not None:
-            group.close(grace=min(self.grace_period, 3.0) if grace is None else grace)
-
-    def _notice_death(self) -> None:
-        """A rank that died between calls leaves the pool broken."""
-        if self._group is None or self._state != "ready":
-            return
-        try:
-            self._group.check_alive()
-        except RankDied as died:
-            self._break(died)
-
-    def _break(self, died: RankDied) -> None:
-        self._problem = broken_problem(died.error)
-        self._close_group()
-        self._state = PoolState.BROKEN
-        for rank, state in self._book.broken(died.fates).items():
-            self._emit(TaskEvent(rank=rank, state=state))
-        self._emit(PoolStateEvent(rank=-1, state=PoolState.BROKEN, message=self._problem))
+        return (
+            f"WorkerPool(num_processes={self.num_processes}{on}, state={str(self._life.state)!r})"
+        )
 
     # -- one task ----------------------------------------------------------------------------
     def _next_id(self) -> int:
         self._task_id += 1
         return self._task_id
 
-    def _usable(self) -> PoolGroup:
-        self._notice_death()
-        if self._state == "closed":
-            raise PoolClosedError("the pool was shut down; create a new WorkerPool.")
-        if self._state == "broken" or self._group is None:
-            raise PoolBrokenError(self._problem or "the pool is broken; call pool.restart().")
-        return self._group
-
     def _submit(self, task: Any, ranks: int | Iterable[int] | None) -> dict[int, TaskReply]:
         chosen = select_ranks(ranks, self.world_size)
         message = encode_task(task)
-        group = self._usable()
-        for rank in chosen:
-            self._book.current[rank] = self._book.last[rank] = task.label
-            self._emit(
-                TaskEvent(
-                    rank=rank, state=TaskState.RUNNING, label=task.label, task_id=task.task_id
-                )
-            )
-        self._state = PoolState.RUNNING
-        stop = self._board.stop_requested if self._board is not None else None
-        if stop is not None:
-            stop.clear()  # a click between calls does not stop this one
+        life = self._life
+        group = life.usable()
+        stop = life.begin_call(task, chosen)
         try:
             try:
                 group.send(message, chosen)
             except KeyboardInterrupt:  # part of the ranks may have the task: start afresh
-                self._restart_after("the call was interrupted while sending the task")
+                life.restart_after("the call was interrupted while sending the task")
                 raise
             except OSError:
                 group.check_alive()  # a rank died: its pipe is closed
                 raise
+            on_wait = life.board.on_wait if life.board is not None else None
             replies, interrupted = group.collect(
-                task.task_id,
-                chosen,
-                self.grace_period,
-                self.config.timeout,
-                stop=stop,
-                on_wait=self._board.on_wait if self._board is not None else None,
+                task.task_id, chosen, self.grace_period, self.config.timeout, stop, on_wait
             )
         except RankDied as died:
             left = group.left_behind(died.fates)
-            self._break(died)
-            raise died_error(died.error, self._problem, *left)  # noqa: B904 - cause: WorkerError
+            life.break_down(died)
+            raise died_error(died.error, life.problem, *left)  # noqa: B904 - cause: WorkerError
         except RanksStuck as stuck:
             raise quiet(self._stuck(stuck, task.label))  # noqa: B904 - as above
         finally:
-            self._book.current.clear()
-            if self._state == "running":
-                self._state = PoolState.READY
-            if self._board is not None and self._board.release_messages is not None:
-                # a cell queued during the call runs next, as without the pool
-                self._board.release_messages()
+            life.end_call()
         for rank, state in task_states(replies, interrupted).items():
-            self._emit(TaskEvent(rank=rank, state=state, label=task.label, task_id=task.task_id))
+            life.emit(TaskEvent(rank=rank, state=state, label=task.label, task_id=task.task_id))
         if interrupted:
             raise interrupted_error(task.label, stop)
-        raise_first_error(replies, self._book.hosts)
+        raise_first_error(replies, life.book.hosts)
         return replies
 
     def _stuck(self, stuck: RanksStuck, label: str) -> BaseException:
         """The error of a task whose ranks did not finish; the group is restarted first."""
         if stuck.stalled is not None:  # on_stall="raise"
-            return stall_error(stuck.stalled, self._restart_after("a collective stalled"))
-        where = self._group.where() if self._group is not None else WhereTable()
+            return stall_error(stuck.stalled, self._life.restart_after("a collective stalled"))
+        where = self._life.group.where() if self._life.group is not None else WhereTable()
         limit = self.config.timeout if stuck.reason == "timeout" else self.grace_period
         text = stuck_message(stuck.ranks, label, limit, stuck.reason, where)
-        text += self._restart_after(f"rank(s) {stuck.ranks} were stuck")
-        return stuck_error(stuck.reason, text, stuck.replies, self._book.hosts)
-
-    def _restart_after(self, reason: str) -> str:
-        """Restart the group; the sentence that tells the user what was lost."""
-        self._emit(PoolStateEvent(rank=-1, state=PoolState.RESTARTING, message=reason))
-        self._close_group(grace=0.2)  # stuck ranks would not leave by themselves
-        try:
-            self._start()
-        except BaseException as exc:
-            return restart_failed(exc)
-        return RESTARTED
-
-    # -- events ------------------------------------------------------------------------------
-    def _emit(self, event: Any) -> None:
-        if self._board is not None:
-            with contextlib.suppress(Exception):
-                self._board.dashboard.chain(None)(event)
-        self._emit_user(event)
-
-    def _emit_user(self, event: Any) -> None:
-        if self._user_on_event is not None:
-            self._user_on_event(event)
+        text += self._life.restart_after(f"rank(s) {stuck.ranks} were stuck")
+        return stuck_error(stuck.reason, text, stuck.replies, self._life.book.hosts)

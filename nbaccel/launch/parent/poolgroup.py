@@ -186,6 +186,13 @@ class PoolGroup:
         elif isinstance(message, Crash):  # the worker machinery failed; the process ends next
             self.crashed[message.rank] = message.error
 
+    def before_wait(self) -> None:
+        """Called before each wait of a call (ranks on other machines: their memory)."""
+
+    def memory_elsewhere(self) -> dict[int, int]:
+        """Rank -> RSS of ranks on other machines (none here: this machine's are read by pid)."""
+        return {}
+
     def check_alive(self) -> None:
         """Raise :class:`RankDied` when a worker has ended (or its message pipe closed)."""
         dead = [h for h in self.handles if h.poll() is not None or not h.conn_open]
@@ -255,6 +262,7 @@ class PoolGroup:
         interrupted_at: float | None = None
         while pending:
             try:
+                self.before_wait()
                 if on_wait is not None:
                     on_wait()
                 if stop is not None and stop.is_set() and interrupted_at is None:
@@ -352,15 +360,15 @@ class PoolGroup:
             self.host.close()
 
 
-def weak_forward(pool: Any) -> Callable[[Any], None]:
-    """An ``on_event`` that passes events to the pool's ``on_event`` while the pool lives
-    (the group must not keep a dropped pool alive)."""
-    ref = weakref.ref(pool)
+def weak_forward(life: Any) -> Callable[[Any], None]:
+    """An ``on_event`` that passes the group's events to its pool (``PoolLife.from_group``)
+    while the pool lives (the group must not keep a dropped pool alive)."""
+    ref = weakref.ref(life)
 
     def forward(event: Any) -> None:
         alive = ref()
         if alive is not None:
-            alive._emit_user(event)
+            alive.from_group(event)
 
     return forward
 

@@ -15,6 +15,7 @@ from typing import TextIO, cast
 
 from ..spec import WorkerMode
 from .hoststart import AgentTasks, HostAgents, host_prefixes, host_spec, job_starter
+from .hostusage import MemoryTicker, latest
 from .localranks import LocalRanks
 from .poolerrors import RankDied
 from .poolgroup import CurrentStream, PoolGroup
@@ -30,6 +31,7 @@ class HostsPoolGroup(PoolGroup):
     """A :class:`PoolGroup` over ``config.hosts`` (see the module docstring)."""
 
     up: HostAgents | None = None
+    ticker: MemoryTicker | None = None
 
     def _task_pipes(self) -> TaskSender:
         return AgentTasks(None)  # its agents come with start()
@@ -72,6 +74,17 @@ class HostsPoolGroup(PoolGroup):
             stream.flush()
         self.supervisor.start()
         self._wait_ready(timeout, deadline)
+
+    def before_wait(self) -> None:
+        """The ranks' memory, as their agents measured it, reaches the dashboard."""
+        if self.ticker is None:
+            self.ticker = MemoryTicker(lambda: self.up.agents if self.up else [], self.on_event)
+        self.ticker.tick()
+
+    def memory_elsewhere(self) -> dict[int, int]:
+        """Rank -> RSS, as each host's agent measured it last."""
+        agents = self.up.agents if self.up is not None else []
+        return {rank: rss for rank, (rss, _) in latest(agents).items()}
 
     def check_alive(self) -> None:
         """As on one machine; a lost machine is named (``MachineLostError``)."""

@@ -28,6 +28,7 @@ class RankBook:
     pids: dict[int, int] = dataclasses.field(default_factory=dict)
     fates: dict[int, TaskState] = dataclasses.field(default_factory=dict)  # broken: dead/stopped
     hosts: dict[int, str] = dataclasses.field(default_factory=dict)  # a pool on hosts=[...]
+    remote_rss: dict[int, int] = dataclasses.field(default_factory=dict)  # by its host's agent
 
     def broken(self, fates: list[RankFate]) -> dict[int, TaskState]:
         """Note how each rank of a generation that broke ended: dead, or stopped with it."""
@@ -42,9 +43,12 @@ class RankBook:
             return str(self.fates.get(rank, TaskState.DEAD))
         return "running" if rank in self.current else "idle"
 
+    def _rss(self, rank: int, pid: int | None) -> int | None:
+        return self.remote_rss.get(rank) if self.hosts else process_rss(pid)
+
     def rows(self, num_processes: int, pool_state: str, problem: str) -> list[dict[str, Any]]:
-        """The rows of ``WorkerPool.status()`` (on ``hosts=``, each row names its ``host``;
-        ``pid`` is there, and ``rss`` is None: it is measured on this machine only)."""
+        """The rows of ``WorkerPool.status()`` (on ``hosts=``, each row names its ``host``,
+        ``pid`` is the pid there, and ``rss`` is what the host's agent measured last)."""
         live = pool_state in ("ready", "running")
         rows = []
         for rank in range(num_processes):
@@ -55,7 +59,7 @@ class RankBook:
                 "state": self.rank_state(rank, pool_state),
                 "cell": self.current.get(rank),
                 "last_cell": self.last.get(rank),
-                "rss": process_rss(pid) if live and not self.hosts else None,
+                "rss": self._rss(rank, pid) if live else None,
                 "device": self.devices.get(rank),
             }
             if self.hosts:
