@@ -80,7 +80,7 @@ PJRT_DEVICE=CPU PYTHONPATH="${PWD}" TIER_PYTHON="${xla_python}" tier xla 300 tes
   > "${beside}/xla.log" 2>&1 &
 xla_pid=$!
 hosts_rc=0
-tier hosts 360 tests/hosts -m hosts || hosts_rc=$?
+tier hosts 420 tests/hosts -m hosts || hosts_rc=$?
 browser_rc=0
 wait "${browser_pid}" || browser_rc=$?
 cat "${beside}/browser.log"

@@ -84,7 +84,7 @@ def test_status_and_where_name_each_ranks_host(kernel: LoginKernel, pool: str) -
         """
 import time
 own = pool.run(lambda: __import__("psutil").Process().memory_info().rss)
-time.sleep(4.5)
+time.sleep(2.5)  # one more of the agents' 2-second rounds
 rows = pool.status()
 print("STATUS", [(r["rank"], r["host"], r["state"]) for r in rows])
 print("RSS", [r["rss"] is not None and abs(r["rss"] - o) < o / 4 for r, o in zip(rows, own)])
@@ -106,7 +106,7 @@ import io
 from nbaccel.widgets import TextDashboard
 board = TextDashboard(io.StringIO())
 with WorkerPool(num_processes=1, hosts=["node1"], dashboard=board) as single:
-    own = single.run(lambda: (__import__("time").sleep(4.5),
+    own = single.run(lambda: (__import__("time").sleep(1.0),
                               __import__("psutil").Process().memory_info().rss)[1])[0]
     shown = board.ranks[0].rss
 print("SHOWN", shown is not None and abs(shown - own) < own / 4, shown, own)
