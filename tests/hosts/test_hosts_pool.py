@@ -99,14 +99,15 @@ print("WHERE", [(r["rank"], r["host"], r["state"]) for r in pool.where()])
 
 def test_a_pools_dashboard_shows_the_memory_of_its_ranks_elsewhere(kernel: LoginKernel) -> None:
     """While a call runs, the dashboard of a pool on a host gets what that host's agent
-    measured (a pid of node1 means nothing here)."""
+    measured (a pid of node1 means nothing here); the call outlasts one of the agent's
+    2-second rounds."""
     out = kernel.ok(
         """
 import io
 from nbaccel.widgets import TextDashboard
 board = TextDashboard(io.StringIO())
 with WorkerPool(num_processes=1, hosts=["node1"], dashboard=board) as single:
-    own = single.run(lambda: (__import__("time").sleep(1.0),
+    own = single.run(lambda: (__import__("time").sleep(2.5),
                               __import__("psutil").Process().memory_info().rss)[1])[0]
     shown = board.ranks[0].rss
 print("SHOWN", shown is not None and abs(shown - own) < own / 4, shown, own)

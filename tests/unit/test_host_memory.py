@@ -62,19 +62,22 @@ class _Agent:
         self.memory = memory
 
 
-def test_the_latest_figures_become_one_event_per_rank_when_due() -> None:
-    agents = [_Agent({0: (10, None), 1: (11, None)}), _Agent({2: (20, 5)})]
+def test_each_new_set_of_figures_becomes_one_event_per_rank() -> None:
+    agents = [_Agent({0: (10, None), 1: (11, None)}), _Agent({2: (20, 5)}), _Agent({})]
     seen: list[MemoryEvent] = []
-    ticker = MemoryTicker(lambda: agents, seen.append, every=60.0)
+    ticker = MemoryTicker(lambda: agents, seen.append)
     ticker.tick()
     assert [(e.rank, e.rss, e.gpu_memory) for e in seen] == [
         (0, 10, None),
         (1, 11, None),
         (2, 20, 5),
     ]
-    ticker.tick()  # not due again for a minute
+    ticker.tick()  # nothing new arrived
     assert len(seen) == 3
-    assert latest(agents) == {0: (10, None), 1: (11, None), 2: (20, 5)}
+    agents[1].memory = {2: (21, 6)}  # the next frame of the second agent
+    ticker.tick()
+    assert [(e.rank, e.rss, e.gpu_memory) for e in seen[3:]] == [(2, 21, 6)]
+    assert latest(agents) == {0: (10, None), 1: (11, None), 2: (21, 6)}
 
 
 def test_the_dashboard_shows_a_remote_ranks_memory() -> None:
