@@ -50,7 +50,7 @@ from .state import AcceleratorState
 from .state import GradientState
 from .state import PartialState
 from .tracking import GeneralTracker
-from .unsupported import DeepSpeedPlugin
+from .deepspeed.plugin import DeepSpeedPlugin
 from .version import __version__
 
 __all__ = names_of(__name__)  # nbaccel.module_paths lists the names and their homes

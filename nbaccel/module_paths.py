@@ -65,7 +65,7 @@ DOORS: dict[str, dict[str, str]] = {
         "nbaccel.state.partial": "PartialState",
         "nbaccel.tracking.base": "GeneralTracker",
         "nbaccel.training.accelerator": "Accelerator",
-        "nbaccel.unsupported": "DeepSpeedPlugin",
+        "nbaccel.deepspeed.plugin": "DeepSpeedPlugin",
         "nbaccel.version": "__version__",
     },
     "nbaccel.accelerator": {
@@ -222,7 +222,14 @@ DOORS: dict[str, dict[str, str]] = {
         """,
         "nbaccel.tracking.tensorboard": "TensorBoardTracker",
         "nbaccel.tracking.wandb": "WandBTracker",
-        "nbaccel.unsupported": "DeepSpeedPlugin FP8RecipeKwargs MegatronLMPlugin",
+        "nbaccel.unsupported": "FP8RecipeKwargs MegatronLMPlugin",
+        "nbaccel.deepspeed.dummies": "DummyOptim DummyScheduler",
+        "nbaccel.deepspeed.engine": """
+            DeepSpeedEngineWrapper DeepSpeedOptimizerWrapper DeepSpeedSchedulerWrapper
+            get_active_deepspeed_plugin
+        """,
+        "nbaccel.deepspeed.hfconfig": "HfDeepSpeedConfig",
+        "nbaccel.deepspeed.plugin": "DeepSpeedPlugin",
     },
 }
 # ``accelerate.utils``' submodules: the names each holds, each from its home in
@@ -241,6 +248,10 @@ UTILS_SUBMODULES: dict[str, str] = {
         is_cuda_available is_hpu_available is_mlu_available is_msamp_available is_musa_available
         is_neuron_available is_npu_available is_rocm_available is_torch_version is_torchao_available
         is_transformer_engine_available is_xpu_available parse_flag_from_env str_to_bool
+    """,
+    "nbaccel.utils.deepspeed": """
+        DeepSpeedEngineWrapper DeepSpeedOptimizerWrapper DeepSpeedSchedulerWrapper DummyOptim
+        DummyScheduler HfDeepSpeedConfig get_active_deepspeed_plugin
     """,
     "nbaccel.utils.environment": """
         are_libraries_initialized clear_environment convert_dict_to_env_variables get_int_from_env

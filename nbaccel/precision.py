@@ -71,6 +71,7 @@ class Precision:
         known = ("cuda", "cpu", "xpu", "mps", "xla")
         self.device_type = device.type if device.type in known else "cpu"
         in_effect = precision_in_effect(mixed_precision, device.type)  # fp16 on a CPU: "no"
+        self.in_effect = in_effect
         fp8_autocast = torch.bfloat16 if mixed_precision == "fp8" else None
         self.dtype = _DTYPES.get(in_effect, fp8_autocast)
         if device.type == "xla" and xla_bf16_storage_requested():

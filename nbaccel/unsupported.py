@@ -1,6 +1,6 @@
 """What nbaccel does not run, the one error that says so, and what to use instead.
 
-Every refusal (Accelerate's DeepSpeed and Megatron-LM plugins and arguments, tensor, context,
+Every refusal (Accelerate's Megatron-LM plugin and arguments, tensor, context,
 sequence and pipeline parallelism, fp8 recipes of other engines) goes
 through :func:`refuse`, which names what the user called, the engine, and the replacement from
 the one table :data:`INSTEAD`. The plugin classes exist so that imports and ``isinstance``
@@ -13,7 +13,6 @@ from typing import Any, NoReturn
 
 __all__ = [
     "INSTEAD",
-    "DeepSpeedPlugin",
     "FP8RecipeKwargs",
     "MegatronLMPlugin",
     "refuse",
@@ -34,8 +33,10 @@ _DATA_PARALLEL = (
 
 # engine -> what to use instead
 INSTEAD: dict[str, str] = {
-    "DeepSpeed": _FSDP,
-    "Megatron-LM": _FSDP,
+    "Megatron-LM": _FSDP.replace(
+        "or plain data parallelism",
+        "DeepSpeed's ZeRO: deepspeed_plugin=DeepSpeedPlugin(...), or plain data parallelism",
+    ),
     "tensor, context or sequence parallelism": _DATA_PARALLEL,
     "pipeline parallelism": _DATA_PARALLEL,
     "Transformer Engine or MS-AMP fp8 recipes": (
@@ -55,7 +56,6 @@ def refuse(engine: str, asked: str) -> NoReturn:
 
 # Accelerate's plugin arguments that nbaccel refuses, and the engine each needs.
 _PLUGIN_ENGINES = {
-    "deepspeed_plugin": "DeepSpeed",
     "megatron_lm_plugin": "Megatron-LM",
     "torch_tp_plugin": "tensor, context or sequence parallelism",
 }
@@ -74,13 +74,6 @@ class _Refused:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         refuse(self.engine, f"{type(self).__name__}(...)")
-
-
-class DeepSpeedPlugin(_Refused):
-    """Accelerate's DeepSpeed plugin. nbaccel does not run DeepSpeed: constructing it raises
-    ``NotImplementedError`` pointing to ``FullyShardedDataParallelPlugin``."""
-
-    engine = "DeepSpeed"
 
 
 class MegatronLMPlugin(_Refused):

@@ -11,6 +11,7 @@ Launchers write the variables through :func:`launch_variables`, so the names liv
 
 from __future__ import annotations
 
+from .deepspeed import deepspeed_launch_variables, deepspeed_launched, read_deepspeed_launch
 from .detect import (
     in_colab,
     in_kaggle,
@@ -66,6 +67,8 @@ __all__ = [
     "config_file_override",
     "cuda_device_count",
     "debug_mode_requested",
+    "deepspeed_launch_variables",
+    "deepspeed_launched",
     "environment_for_child",
     "fp16_fallback_warning",
     "fp16_unavailable_note",
@@ -83,6 +86,7 @@ __all__ = [
     "precision_in_effect",
     "precision_warned_variables",
     "process_rss",
+    "read_deepspeed_launch",
     "read_fsdp_launch",
     "read_launch_environment",
     "sanity_fail_rank",

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
 from ..config.resolve import configured_precision
 from ..enums import DistributedType, PrecisionType
-from ..unsupported import refuse, refuse_plugins
+from ..unsupported import refuse_plugins
 from .parallel_view import ParallelismStateMixin
 from .partial import PartialState, ProcessView, process_items
 from .registry import STATE, AcceleratorRecord, ProcessRecord, current_process, reset_registry
-from .rules import apply_fp16_rule, fsdp_applies, fsdp_plugin_in_use
+from .rules import apply_fp16_rule, deepspeed_plugins_in_use, fsdp_applies, fsdp_plugin_in_use
 from .shared import SharedState, StateResetError
 
 __all__ = ["AcceleratorState"]
@@ -24,7 +24,7 @@ def _accelerator_items() -> dict[str, Any]:
     return {
         **process_items(),
         "_mixed_precision": record.mixed_precision,
-        "deepspeed_plugins": None,
+        "deepspeed_plugins": record.deepspeed_plugins,
         "device_mesh": getattr(record.parallelism_config, "device_mesh", None),
         "dynamo_plugin": record.dynamo_plugin,
         "fsdp_plugin": record.fsdp_plugin,
@@ -36,6 +36,28 @@ def _accelerator_items() -> dict[str, Any]:
 def _reset_accelerator_state() -> None:
     STATE.accelerator = None
     STATE.gradient = None
+
+
+def _named_plugins(given: Any) -> dict[str, Any] | None:
+    """``deepspeed_plugin`` as a dict of named plugins (one plugin is named ``"default"``)."""
+    if given is None:
+        return None
+    if isinstance(given, dict):
+        if not given:
+            raise ValueError("deepspeed_plugins={} names no plugin; pass at least one.")
+        bad = [name for name, p in given.items() if not hasattr(p, "deepspeed_config")]
+        if bad or not all(isinstance(name, str) for name in given):
+            raise TypeError(
+                "deepspeed_plugins must map names (str) to DeepSpeedPlugin objects; "
+                f"{', '.join(map(repr, bad or given))} is not one."
+            )
+        return dict(given)
+    if not hasattr(given, "deepspeed_config"):
+        raise TypeError(
+            f"deepspeed_plugin must be a DeepSpeedPlugin (or a dict of them), got "
+            f"{type(given).__name__}."
+        )
+    return {"default": given}
 
 
 class AcceleratorState(ParallelismStateMixin, ProcessView):
@@ -52,7 +74,9 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
             Accelerate, and still reads ``"fp16"``.
         cpu: run on the CPU even when an accelerator is present.
         dynamo_plugin: a :class:`TorchDynamoPlugin` for ``torch.compile``.
-        deepspeed_plugin: refused (the error says what to use instead).
+        deepspeed_plugin: a ``DeepSpeedPlugin``, or a dict of named ones (the first is
+            selected); in a launched process the job then reports ``DistributedType.DEEPSPEED``
+            (a process on its own sets it aside, as FSDP; see ``docs/deepspeed.md``).
         fsdp_plugin: a ``FullyShardedDataParallelPlugin``; in a launched process the job
             then reports ``DistributedType.FSDP``; a process started on its own sets it aside
             (``NO``, as in Accelerate; see ``docs/fsdp.md``).
@@ -75,10 +99,15 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
     ) -> None:
         refuse_plugins(
             "AcceleratorState",
-            deepspeed_plugin=deepspeed_plugin,
             torch_tp_plugin=torch_tp_plugin,
             megatron_lm_plugin=megatron_lm_plugin,
         )
+        plugins = _named_plugins(deepspeed_plugin)
+        if plugins and fsdp_plugin is not None:
+            raise ValueError(
+                "Both a DeepSpeed plugin and an FSDP plugin were given; they are two ways of "
+                "sharding a model, so pass one of them."
+            )
         precision = None
         if mixed_precision is not None:
             precision = str(PrecisionType.parse(mixed_precision, "mixed_precision"))
@@ -96,8 +125,11 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
                 mixed_precision=chosen,
                 fsdp_plugin=plugin,
                 dynamo_plugin=dynamo_plugin,
+                deepspeed_plugins=deepspeed_plugins_in_use(process, plugins),
                 from_accelerator=_from_accelerator,
             )
+            if STATE.accelerator.deepspeed_plugins:
+                self.select_deepspeed_plugin(next(iter(STATE.accelerator.deepspeed_plugins)))
             return
         self._check_unchanged("mixed_precision", precision, record.mixed_precision)
         if fsdp_applies(process):
@@ -105,6 +137,8 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
         elif fsdp_plugin is not None:  # set aside like the first one's, with the warning
             fsdp_plugin_in_use(process, fsdp_plugin)
         self._check_unchanged("dynamo_plugin", dynamo_plugin, record.dynamo_plugin)
+        if plugins and record.deepspeed_plugins is not None:
+            self._check_unchanged("deepspeed_plugin", plugins, record.deepspeed_plugins)
         record.from_accelerator = record.from_accelerator or _from_accelerator
 
     @staticmethod
@@ -169,9 +203,10 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
         return plugin is not None and getattr(plugin, "fsdp_version", 1) == 2
 
     @property
-    def deepspeed_plugin(self) -> None:
-        """Always None: nbaccel does not run DeepSpeed."""
-        return None
+    def deepspeed_plugin(self) -> Any:
+        """The selected DeepSpeed plugin, or None when DeepSpeed is not in use."""
+        plugins = self._record().deepspeed_plugins or {}
+        return next((p for p in plugins.values() if getattr(p, "selected", False)), None)
 
     @property
     def megatron_lm_plugin(self) -> None:
@@ -183,13 +218,29 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
         """Always None: nbaccel does not run tensor parallelism."""
         return None
 
-    def get_deepspeed_plugin(self, name: str) -> NoReturn:
-        """Refused: raises ``NotImplementedError`` saying what to use instead."""
-        refuse("DeepSpeed", f"get_deepspeed_plugin({name!r})")
+    def get_deepspeed_plugin(self, name: str) -> Any:
+        """The DeepSpeed plugin given under ``name`` (``deepspeed_plugins={name: plugin}``)."""
+        plugins = self._record().deepspeed_plugins
+        if not plugins:
+            raise ValueError(
+                f"get_deepspeed_plugin({name!r}): DeepSpeed is not in use in this process; pass "
+                "Accelerator(deepspeed_plugin=...) inside the launched function."
+            )
+        if name not in plugins:
+            raise KeyError(
+                f"get_deepspeed_plugin({name!r}): no DeepSpeed plugin has that name; the names "
+                f"are {', '.join(map(repr, plugins))}."
+            )
+        return plugins[name]
 
-    def select_deepspeed_plugin(self, name: str | None = None) -> NoReturn:
-        """Refused: raises ``NotImplementedError`` saying what to use instead."""
-        refuse("DeepSpeed", f"select_deepspeed_plugin({name!r})")
+    def select_deepspeed_plugin(self, name: str | None = None) -> None:
+        """Make the plugin named ``name`` the active one (the next ``prepare()`` builds its
+        engine with it); the others are unselected."""
+        chosen = self.get_deepspeed_plugin(name)  # type: ignore[arg-type]
+        for other in (self._record().deepspeed_plugins or {}).values():
+            if other is not chosen:
+                other._unselect()
+        chosen.select(_from_accelerator_state=True)
 
     _shared_state = SharedState("AcceleratorState", _accelerator_items, _reset_accelerator_state)
 

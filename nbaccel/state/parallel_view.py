@@ -25,6 +25,7 @@ class ParallelismStateMixin:
         return getattr(config, "device_mesh", None)
 
     @property
-    def deepspeed_plugins(self) -> None:
-        """Always None: nbaccel does not run DeepSpeed."""
-        return None
+    def deepspeed_plugins(self) -> dict[str, Any] | None:
+        """The DeepSpeed plugins by name, or None when DeepSpeed is not in use."""
+        record = STATE.accelerator
+        return record.deepspeed_plugins if record is not None else None

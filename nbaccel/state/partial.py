@@ -104,6 +104,8 @@ class ProcessView:
         acc = STATE.accelerator
         if acc is not None and acc.fsdp_plugin is not None:
             return DistributedType.FSDP
+        if acc is not None and acc.deepspeed_plugins:
+            return DistributedType.DEEPSPEED
         return self._process().distributed_type
 
     @property

@@ -59,6 +59,8 @@ class AcceleratorRecord:
     mixed_precision: str
     fsdp_plugin: Any = None
     dynamo_plugin: Any = None
+    # DeepSpeed plugins by name (None: DeepSpeed is not in use); one of them is selected
+    deepspeed_plugins: dict[str, Any] | None = None
     from_accelerator: bool = False
     parallelism_config: Any = None
     # what ``AcceleratorState.distributed_type = ...`` set (None: the process's own)

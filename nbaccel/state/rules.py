@@ -9,6 +9,9 @@
   process runs the function) trains without FSDP, as Accelerate does: the plugin is set aside,
   ``distributed_type`` is ``NO``, and one warning says how to shard. The FSDP settings of a
   config file in force meet the same rule.
+- **DeepSpeed runs in launched processes only**, by the same rule and for the same reason
+  (its engine needs a process group): a process on its own sets its plugins aside, with one
+  warning.
 - **fp16 trains only where the device does** (``environment/precision.py``): elsewhere (the
   CPU) ``mixed_precision`` keeps reading ``"fp16"``, as in Accelerate, while training runs in
   full precision (an FSDP plugin without a policy of its own gets a float32 one); the main
@@ -28,7 +31,7 @@ from ..enums import DistributedType
 from ..environment import fp16_fallback_warning, precision_in_effect, read_fsdp_launch
 from .registry import ProcessRecord, _leave_process_group
 
-__all__ = ["apply_fp16_rule", "fsdp_applies", "fsdp_plugin_in_use"]
+__all__ = ["apply_fp16_rule", "deepspeed_plugins_in_use", "fsdp_applies", "fsdp_plugin_in_use"]
 
 # The warnings name the line that built the Accelerator: the rule here (1),
 # AcceleratorState.__init__ (2), Accelerator.__init__ (3), the caller (4).
@@ -60,6 +63,28 @@ def fsdp_plugin_in_use(process: ProcessRecord, plugin: Any) -> Any:
             UserWarning,
             stacklevel=_STACKLEVEL,
         )
+    return None
+
+
+def deepspeed_plugins_in_use(
+    process: ProcessRecord, plugins: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """``plugins`` when DeepSpeed applies to ``process`` (the same rule as FSDP's, joining a
+    process group of one where needed); else None, with one warning when it was asked for."""
+    if not plugins:
+        return None
+    if fsdp_applies(process):
+        _join_group_of_one(process)
+        return plugins
+    warnings.warn(
+        "DeepSpeed was asked for, but this process was started on its own (no launcher), so "
+        "it trains without DeepSpeed: distributed_type is NO and prepare() returns the model "
+        "as it is. To train with DeepSpeed, run the training function with "
+        "notebook_launcher(function, num_processes=2) (or `nbaccel launch`, torchrun); one "
+        "launched process works too.",
+        UserWarning,
+        stacklevel=_STACKLEVEL,
+    )
     return None
 
 

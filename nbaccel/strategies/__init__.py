@@ -8,14 +8,27 @@ from ..enums import DistributedType
 from ..state.registry import STATE
 from .base import Strategy
 from .ddp import DDPStrategy
+from .deepspeed import DeepSpeedStrategy
 from .fsdp import FSDPStrategy
 from .xla import XlaStrategy, xla_fsdp_strategy
 
-__all__ = ["DDPStrategy", "FSDPStrategy", "Strategy", "XlaStrategy", "strategy_for"]
+__all__ = [
+    "DDPStrategy",
+    "DeepSpeedStrategy",
+    "FSDPStrategy",
+    "Strategy",
+    "XlaStrategy",
+    "strategy_for",
+]
 
 
-def strategy_for(distributed_type: DistributedType, fsdp_plugin: Any = None) -> Strategy:
-    """The strategy for a distributed type (FSDP needs its ``FullyShardedDataParallelPlugin``)."""
+def strategy_for(
+    distributed_type: DistributedType, fsdp_plugin: Any = None, deepspeed_plugin: Any = None
+) -> Strategy:
+    """The strategy for a distributed type (FSDP needs its ``FullyShardedDataParallelPlugin``;
+    DeepSpeed a function that returns the selected ``DeepSpeedPlugin``)."""
+    if distributed_type == DistributedType.DEEPSPEED and deepspeed_plugin is not None:
+        return DeepSpeedStrategy(deepspeed_plugin)
     if distributed_type == DistributedType.FSDP:
         if fsdp_plugin is None:
             raise ValueError(

@@ -23,22 +23,25 @@ from ..precision import Precision
 from ..profiling import ProfileKwargs, profiled
 from ..state import AcceleratorState, GradientState
 from ..state.registry import STATE
-from ..strategies import strategy_for
+from ..strategies import DeepSpeedStrategy, strategy_for
 from ..tracking import resolve_log_with
 from ..unsupported import refuse_plugins
 from .arguments import (
     UNSET,
     accumulation_plugin,
     check_arguments,
+    deepspeed_accumulation,
     handler_map,
     mixed_precision_of,
     project_configuration,
     resolve_dataloader_config,
+    resolve_deepspeed_plugins,
     resolve_dynamo_plugin,
     resolve_fsdp_plugin,
 )
 from .checkpointer import Checkpointer
 from .collectives import Collectives
+from .deepspeed_prep import prepare_with_deepspeed
 from .forwarding import forward, view
 from .parallel import ParallelView
 from .preparation import Preparer
@@ -88,11 +91,11 @@ class Accelerator:
         mixed_precision = mixed_precision_of(mixed_precision, fp16)
         refuse_plugins(
             "Accelerator",
-            deepspeed_plugin=deepspeed_plugin,
             megatron_lm_plugin=megatron_lm_plugin,
             torch_tp_plugin=torch_tp_plugin,
         )
-        fsdp_plugin = resolve_fsdp_plugin(fsdp_plugin)
+        deepspeed_plugins = resolve_deepspeed_plugins(deepspeed_plugin, deepspeed_plugins)
+        fsdp_plugin = resolve_fsdp_plugin(fsdp_plugin) if deepspeed_plugins is None else fsdp_plugin
         check_arguments(
             device_placement=device_placement,
             dataloader_config=dataloader_config,
@@ -115,6 +118,7 @@ class Accelerator:
                 cpu=cpu,
                 dynamo_plugin=dynamo_plugin,
                 fsdp_plugin=fsdp_plugin,
+                deepspeed_plugin=deepspeed_plugins,
                 _from_accelerator=True,
                 **(pg.to_kwargs() if pg is not None else {}),
             )
@@ -124,7 +128,14 @@ class Accelerator:
                 autocast_kwargs=handlers.autocast,
                 scaler_kwargs=handlers.scaler,
             )
-            strategy = strategy_for(self.state.distributed_type, self.state.fsdp_plugin)
+            strategy = strategy_for(
+                self.state.distributed_type,
+                self.state.fsdp_plugin,
+                lambda: AcceleratorState().deepspeed_plugin,
+            )
+            if isinstance(strategy, DeepSpeedStrategy):
+                self.precision.scaler = None  # DeepSpeed scales fp16 losses itself
+                accumulation = deepspeed_accumulation(strategy.plugin, accumulation)
         except Exception:
             if fresh:  # a refused setting must not stick to the process (e.g. fp8 on CPU)
                 STATE.accelerator = None
@@ -163,7 +174,7 @@ class Accelerator:
         )
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.profile_handler: ProfileKwargs | None = handlers.profile
-        self._parallel = ParallelView(self.state, parallelism_config, deepspeed_plugins)
+        self._parallel = ParallelView(self.state, parallelism_config)
         self._steps = TrainingSteps(self.gradient_state, self.precision, strategy, self._preparer)
         self._checkpointer = Checkpointer(
             self.state,
@@ -228,7 +239,13 @@ class Accelerator:
 
     # -- prepare -----------------------------------------------------------------------------
     def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
-        """Prepare models, optimizers, schedulers and data loaders; returns them in order."""
+        """Prepare models, optimizers, schedulers and data loaders; returns them in order.
+        Under DeepSpeed the model comes back as DeepSpeed's engine (docs/deepspeed.md)."""
+        if isinstance(self.strategy, DeepSpeedStrategy):
+            prepared = prepare_with_deepspeed(
+                self._preparer, self.strategy, args, self.gradient_accumulation_steps
+            )
+            return prepared[0] if len(prepared) == 1 else prepared
         prepared = self._preparer.prepare(args, device_placement)
         return prepared[0] if len(prepared) == 1 else prepared
 
@@ -298,6 +315,8 @@ class Accelerator:
         """Drop the references this Accelerator holds, collect garbage, empty device caches."""
         self._preparer.release()
         self._steps.reset()
+        if isinstance(self.strategy, DeepSpeedStrategy):
+            self.strategy.release()
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -373,7 +392,13 @@ class Accelerator:
     multi_device = view("_parallel", ParallelView.multi_device)
     fp8_backend = view("_parallel", ParallelView.fp8_backend)
     should_save_model = property(lambda self: True, doc="Every process takes part in saving.")
-    deepspeed_plugin = property(lambda self: None, doc="Always None: DeepSpeed is not run.")
+    deepspeed_plugin = property(
+        lambda self: self.state.deepspeed_plugin, doc="The selected DeepSpeed plugin, or None."
+    )
+    deepspeed_engine_wrapped = property(
+        lambda self: getattr(self.strategy, "wrapped", None),
+        doc="The DeepSpeed engine that backward() drives (None without DeepSpeed).",
+    )
     non_blocking = property(lambda self: self.dataloader_config.non_blocking)
     use_seedable_sampler = property(lambda self: self.dataloader_config.use_seedable_sampler)
     use_stateful_dataloader = property(

@@ -9,6 +9,8 @@ from typing import Any, TypeVar
 
 from ..config.resolve import configured_accumulation_steps, configured_dynamo_plugin
 from ..data import DataLoaderConfiguration
+from ..deepspeed import DeepSpeedPlugin
+from ..environment import deepspeed_launched
 from ..fsdp import FullyShardedDataParallelPlugin
 from ..fsdp.config_keys import launched_with_fsdp
 from ..kwargs_handlers import (
@@ -32,10 +34,12 @@ __all__ = [
     "UNSET",
     "accumulation_plugin",
     "check_arguments",
+    "deepspeed_accumulation",
     "handler_map",
     "mixed_precision_of",
     "project_configuration",
     "resolve_dataloader_config",
+    "resolve_deepspeed_plugins",
     "resolve_dynamo_plugin",
     "resolve_fsdp_plugin",
 ]
@@ -132,6 +136,30 @@ def accumulation_plugin(
     return GradientAccumulationPlugin(num_steps=steps)
 
 
+def deepspeed_accumulation(
+    plugin: DeepSpeedPlugin, accumulation: GradientAccumulationPlugin
+) -> GradientAccumulationPlugin:
+    """The accumulation under DeepSpeed: the DeepSpeed config's steps win (a warning when the
+    Accelerator was given others); ``"auto"`` takes the Accelerator's."""
+    plugin.fill_match(
+        "gradient_accumulation_steps",
+        must_match=False,
+        gradient_accumulation_steps=accumulation.num_steps,
+    )
+    steps = int(plugin.get_value("gradient_accumulation_steps"))
+    plugin.gradient_accumulation_steps = steps
+    if steps == accumulation.num_steps:
+        return accumulation
+    if accumulation.num_steps != 1:
+        warnings.warn(
+            f"gradient_accumulation_steps: the Accelerator was given {accumulation.num_steps}, "
+            f"the DeepSpeed config says {steps}; DeepSpeed's {steps} is used.",
+            UserWarning,
+            stacklevel=3,
+        )
+    return dataclasses.replace(accumulation, num_steps=steps)
+
+
 def mixed_precision_of(mixed_precision: str | None, fp16: bool | None) -> str | None:
     """``mixed_precision``, with the deprecated ``fp16=True`` read as ``"fp16"``."""
     if fp16:
@@ -148,6 +176,30 @@ def resolve_fsdp_plugin(given: Any) -> Any:
     used is the state's rule: only in a launched process (``state/rules.py``)."""
     if given is None and STATE.accelerator is None and launched_with_fsdp():
         return FullyShardedDataParallelPlugin()
+    return given
+
+
+def resolve_deepspeed_plugins(plugin: Any, plugins: Any) -> Any:
+    """``deepspeed_plugin`` or ``deepspeed_plugins`` (one plugin, or a dict of named ones),
+    type-checked; else, for the first Accelerator of a process whose launch asked for
+    DeepSpeed (``ACCELERATE_USE_DEEPSPEED``), a plugin built from the launch's settings."""
+    if plugin is not None and plugins is not None:
+        raise ValueError(
+            "Pass deepspeed_plugin or deepspeed_plugins to Accelerator(), not both (they are "
+            "one argument under two names)."
+        )
+    given = plugin if plugin is not None else plugins
+    if given is None:
+        if STATE.accelerator is None and deepspeed_launched():
+            return DeepSpeedPlugin()
+        return None
+    listed = given.values() if isinstance(given, dict) else [given]
+    for item in listed:
+        if not isinstance(item, DeepSpeedPlugin):
+            raise TypeError(
+                "Accelerator(deepspeed_plugin=...) takes a DeepSpeedPlugin or a dict of named "
+                f"DeepSpeedPlugin objects, got {type(item).__name__}."
+            )
     return given
 
 

@@ -34,13 +34,14 @@ from ..checkpoint.state import (
     save_loader_states,
     save_state_files,
 )
+from ..deepspeed import DeepSpeedSchedulerWrapper
 from ..modeling.offloaded import get_state_dict_offloaded_model, has_offloaded_params
 from ..ops import broadcast_object_list
 from ..plugins import ProjectConfiguration
 from ..precision import Precision
 from ..state import AcceleratorState
 from ..state.handshake import enter
-from ..strategies import FSDPStrategy, Strategy
+from ..strategies import DeepSpeedStrategy, FSDPStrategy, Strategy
 from ..validation import check_bool, check_instance, check_path
 from .preparation import Preparer
 from .steps import TrainingSteps
@@ -89,6 +90,14 @@ class Checkpointer:
     def _fsdp(self) -> FSDPStrategy | None:
         """The FSDP strategy when models are sharded (their checkpoints take its path)."""
         return self.strategy if isinstance(self.strategy, FSDPStrategy) else None
+
+    def _deepspeed(self) -> DeepSpeedStrategy | None:
+        """The DeepSpeed strategy when models are engines (their checkpoints are theirs)."""
+        return self.strategy if isinstance(self.strategy, DeepSpeedStrategy) else None
+
+    def _own_schedulers(self) -> list[Any]:
+        """The schedulers the engines do not save themselves."""
+        return [s for s in self.preparer.schedulers if not isinstance(s, DeepSpeedSchedulerWrapper)]
 
     def _writes(self) -> bool:
         """Whether this process writes the shared files."""
@@ -198,11 +207,15 @@ class Checkpointer:
         staging.mkdir(parents=True, exist_ok=True)  # machines without a shared file system
         models = list(self.preparer.models)
         fsdp = self._fsdp()
-        sharded = fsdp is not None and fsdp.sharded_checkpoints
+        engines = self._deepspeed()
+        sharded = (fsdp is not None and fsdp.sharded_checkpoints) or engines is not None
         weights = [] if sharded else [self._full_state_dict(model) for model in models]
         for hook in list(self._registry.save_hooks.values()):
             hook(models, weights, str(staging))
-        if fsdp is None:
+        if engines is not None:  # each engine writes its weights, optimizer and scheduler
+            engines.save_checkpoint(models, staging)
+            objects = self._state_objects(optimizers=[], schedulers=self._own_schedulers())
+        elif fsdp is None:
             objects = self._state_objects(weights=weights)
         else:  # models and optimizers take FSDP's path; the rest is written as without it
             # torch.distributed.checkpoint is slow to import: only FSDP runs pay for it
@@ -253,7 +266,7 @@ class Checkpointer:
         return StateObjects(
             models=kwargs.pop("models", []),
             optimizers=kwargs.pop("optimizers", list(preparer.optimizers)),
-            schedulers=list(preparer.schedulers),
+            schedulers=kwargs.pop("schedulers", list(preparer.schedulers)),
             dataloaders=list(preparer.dataloaders),
             custom=list(self.custom_objects),
             scaler=self.precision.scaler,
@@ -293,7 +306,11 @@ class Checkpointer:
             hook(models, str(directory))
         strict = bool(load_model_func_kwargs.get("strict", True))
         fsdp = self._fsdp()
-        if fsdp is None:
+        engines = self._deepspeed()
+        if engines is not None:
+            engines.load_checkpoint(models, directory)
+            objects = self._state_objects(optimizers=[], schedulers=self._own_schedulers())
+        elif fsdp is None:
             objects = self._state_objects(models=[self.strategy.unwrap_model(m) for m in models])
         else:
             # torch.distributed.checkpoint is slow to import: only FSDP runs pay for it
@@ -334,6 +351,13 @@ class Checkpointer:
         # torch.distributed.checkpoint is slow to import: only FSDP runs pay for it
         from ..fsdp.state_dict import full_model_state_dict, is_fsdp_model
 
+        engines = self._deepspeed()
+        if engines is not None:
+            enter("a DeepSpeed model's full state dict")  # stage 3 gathers on every process
+            if everywhere is None:
+                everywhere = self.project_configuration.save_on_each_node
+            main = self.state.is_local_main_process if everywhere else self.state.is_main_process
+            return engines.full_state_dict(model, main=main)
         if self._fsdp() is not None and is_fsdp_model(model):
             enter("an FSDP model's full state dict")  # get_state_dict, save_model, save_state
             if everywhere is None:

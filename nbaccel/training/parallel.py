@@ -20,10 +20,8 @@ class ParallelView:
     """Checks a ``ParallelismConfig`` when the Accelerator is made, then answers rank
     questions from the state that holds it."""
 
-    def __init__(self, state: AcceleratorState, config: Any, deepspeed_plugins: Any) -> None:
+    def __init__(self, state: AcceleratorState, config: Any) -> None:
         self.state = state
-        if deepspeed_plugins is not None:
-            refuse("DeepSpeed", "Accelerator(deepspeed_plugins=...)")
         if config is not None:
             self._adopt(config)
 

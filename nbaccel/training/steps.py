@@ -13,7 +13,7 @@ from torch import nn
 
 from ..precision import Precision
 from ..state import GradientState
-from ..strategies import Strategy
+from ..strategies import DeepSpeedStrategy, Strategy
 from .preparation import Preparer
 
 __all__ = ["TrainingSteps"]
@@ -77,7 +77,11 @@ class TrainingSteps:
 
     # -- gradients -----------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """``loss.backward()``, divided for accumulation and scaled under fp16."""
+        """``loss.backward()``, divided for accumulation and scaled under fp16. Under
+        DeepSpeed: the engine's backward, and on a synchronising batch its step."""
+        if isinstance(self.strategy, DeepSpeedStrategy):
+            self.strategy.backward(loss, self.gradient_state.sync_gradients, **kwargs)
+            return
         loss = loss / self.gradient_state.num_steps
         scaler = self.precision.scaler
         if scaler is not None:
@@ -101,5 +105,10 @@ class TrainingSteps:
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
         """Clip every gradient value to ``[-clip_value, clip_value]`` (after unscaling)."""
+        if isinstance(self.strategy, DeepSpeedStrategy):
+            raise NotImplementedError(
+                "clip_grad_value_ under DeepSpeed: DeepSpeed clips by the gradients' total norm "
+                "only; use DeepSpeedPlugin(gradient_clipping=...) or clip_grad_norm_."
+            )
         self.unscale_gradients()
         torch.nn.utils.clip_grad_value_(parameters, clip_value)

@@ -37,6 +37,14 @@ from ..data.rng import synchronize_rng_state
 from ..data.rng import synchronize_rng_states
 from ..data.skip import skip_first_batches
 from ..describe import convert_bytes
+from ..deepspeed.dummies import DummyOptim
+from ..deepspeed.dummies import DummyScheduler
+from ..deepspeed.engine import DeepSpeedEngineWrapper
+from ..deepspeed.engine import DeepSpeedOptimizerWrapper
+from ..deepspeed.engine import DeepSpeedSchedulerWrapper
+from ..deepspeed.engine import get_active_deepspeed_plugin
+from ..deepspeed.hfconfig import HfDeepSpeedConfig
+from ..deepspeed.plugin import DeepSpeedPlugin
 from ..describe import get_pretty_name
 from ..enums import ComputeEnvironment
 from ..enums import CustomDtype
@@ -219,7 +227,6 @@ from ..tracking.registry import is_tensorboard_available
 from ..tracking.registry import is_wandb_available
 from ..tracking.tensorboard import TensorBoardTracker
 from ..tracking.wandb import WandBTracker
-from ..unsupported import DeepSpeedPlugin
 from ..unsupported import FP8RecipeKwargs
 from ..unsupported import MegatronLMPlugin
 

@@ -47,7 +47,7 @@ from ..plugins import GradientAccumulationPlugin
 from ..plugins import ProjectConfiguration
 from ..plugins import TorchDynamoPlugin
 from ..profiling import ProfileKwargs
-from ..unsupported import DeepSpeedPlugin
+from ..deepspeed.plugin import DeepSpeedPlugin
 from ..unsupported import MegatronLMPlugin
 
 __all__ = names_of(__name__)

@@ -93,15 +93,17 @@ def test_accelerator_checks_the_parallelism_config() -> None:
     assert accelerator.state.parallelism_config is accelerator.parallelism_config
 
 
-@pytest.mark.parametrize("plugin", [DeepSpeedPlugin, MegatronLMPlugin, TorchTensorParallelPlugin])
+@pytest.mark.parametrize("plugin", [MegatronLMPlugin, TorchTensorParallelPlugin])
 def test_refused_engines_say_what_to_use(plugin: type) -> None:
     with pytest.raises(NotImplementedError, match="FullyShardedDataParallelPlugin"):
-        plugin(zero_stage=2) if plugin is DeepSpeedPlugin else plugin()
+        plugin()
 
 
-def test_deepspeed_plugins_argument_is_refused() -> None:
-    with pytest.raises(NotImplementedError, match="does not run DeepSpeed"):
+def test_deepspeed_plugins_argument_takes_named_plugins_only() -> None:
+    with pytest.raises(TypeError, match="dict of named DeepSpeedPlugin objects, got object"):
         Accelerator(cpu=True, deepspeed_plugins={"a": object()})
+    with pytest.raises(ValueError, match=r"deepspeed_plugin or deepspeed_plugins.*not both"):
+        Accelerator(cpu=True, deepspeed_plugin=DeepSpeedPlugin(), deepspeed_plugins={})
 
 
 def test_code_that_lists_distributed_types_works() -> None:

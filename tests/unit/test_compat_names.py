@@ -128,14 +128,12 @@ def test_hook_helpers_read_and_undo_an_attached_hook() -> None:
 
 def _refusals() -> list[tuple[str, Any]]:
     from nbaccel.parallelism import ParallelismConfig, TorchTensorParallelPlugin
-    from nbaccel.unsupported import DeepSpeedPlugin, MegatronLMPlugin
+    from nbaccel.unsupported import MegatronLMPlugin
 
     return [
-        ("DeepSpeedPlugin(...)", lambda: DeepSpeedPlugin(zero_stage=3)),
         ("MegatronLMPlugin(...)", lambda: MegatronLMPlugin()),
         ("TorchTensorParallelPlugin(...)", lambda: TorchTensorParallelPlugin()),
-        ("Accelerator(deepspeed_plugin=...)", lambda: Accelerator(deepspeed_plugin=object())),
-        ("Accelerator(deepspeed_plugins=...)", lambda: Accelerator(deepspeed_plugins={})),
+        ("Accelerator(megatron_lm_plugin=...)", lambda: Accelerator(megatron_lm_plugin=object())),
         (
             "AcceleratorState(megatron_lm_plugin=...)",
             lambda: AcceleratorState(megatron_lm_plugin=1),
@@ -148,7 +146,7 @@ def _refusals() -> list[tuple[str, Any]]:
     ]
 
 
-@pytest.mark.parametrize("index", range(8))
+@pytest.mark.parametrize("index", range(6))
 def test_every_refusal_has_one_wording_and_says_what_to_use_instead(index: int) -> None:
     """One mechanism for what nbaccel does not run: the call, the engine, what instead."""
     asked, call = _refusals()[index]

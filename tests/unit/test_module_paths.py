@@ -30,6 +30,7 @@ PATHS = ["nbaccel", *DOORS]  # the package itself also defines code (the IPython
 SUBMODULES = [
     "constants",
     "dataclasses",
+    "deepspeed",
     "environment",
     "fsdp_utils",
     "imports",

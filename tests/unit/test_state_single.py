@@ -296,20 +296,24 @@ def test_accelerator_state_is_shared() -> None:
     assert first.dynamo_plugin is dynamo
 
 
-@pytest.mark.parametrize("name", ["deepspeed_plugin", "megatron_lm_plugin", "torch_tp_plugin"])
+@pytest.mark.parametrize("name", ["megatron_lm_plugin", "torch_tp_plugin"])
 def test_unsupported_plugins_raise_not_implemented(name: str) -> None:
     with pytest.raises(NotImplementedError, match=name):
         AcceleratorState(**{name: object()})
 
 
-def test_deepspeed_plugin_selection_is_not_implemented() -> None:
+def test_a_deepspeed_plugin_must_be_one_and_names_the_type_it_got() -> None:
+    with pytest.raises(TypeError, match=r"deepspeed_plugin must be a DeepSpeedPlugin.*object"):
+        AcceleratorState(deepspeed_plugin=object())
+
+
+def test_without_deepspeed_the_plugin_questions_say_so() -> None:
     state = AcceleratorState()
-    with pytest.raises(NotImplementedError, match="get_deepspeed_plugin"):
+    assert state.deepspeed_plugin is None and state.deepspeed_plugins is None
+    with pytest.raises(ValueError, match=r"get_deepspeed_plugin\('student'\): DeepSpeed is not"):
         state.get_deepspeed_plugin("student")
-    with pytest.raises(NotImplementedError, match="select_deepspeed_plugin"):
+    with pytest.raises(ValueError, match="not in use"):
         state.select_deepspeed_plugin("teacher")
-    with pytest.raises(NotImplementedError):
-        state.select_deepspeed_plugin()
 
 
 @pytest.fixture

@@ -1,0 +1,130 @@
+"""Building DeepSpeed's engine, and the wrappers ``prepare()`` hands back around DeepSpeed's
+optimizer and scheduler (the engine steps both inside ``Accelerator.backward``)."""
+
+from __future__ import annotations
+
+import subprocess
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from ..optim import AcceleratedOptimizer, AcceleratedScheduler
+
+__all__ = [
+    "DeepSpeedEngineWrapper",
+    "DeepSpeedOptimizerWrapper",
+    "DeepSpeedSchedulerWrapper",
+    "get_active_deepspeed_plugin",
+    "import_deepspeed",
+    "initialize_engine",
+]
+
+EXTRA = "pip install 'nbaccel[deepspeed]'"
+
+
+def import_deepspeed() -> ModuleType:
+    """``deepspeed``, or an ``ImportError`` that names the extra to install."""
+    try:
+        # deepspeed is optional and slow to import: only DeepSpeed runs pay for it
+        import deepspeed
+    except ImportError as exc:
+        raise ImportError(
+            f"DeepSpeed is not installed in this environment ({exc}); install it with "
+            f"{EXTRA}, then start the training again."
+        ) from exc
+    return deepspeed
+
+
+def _build_failure(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, subprocess.CalledProcessError) or any(
+        word in text for word in ("building extension", "c++", "compiler", "ninja", "gcc")
+    )
+
+
+def initialize_engine(**kwargs: Any) -> tuple[Any, Any, Any]:
+    """``deepspeed.initialize(**kwargs)``: the engine, its optimizer and its scheduler. A
+    failure to compile DeepSpeed's communication op on this machine names the compiler."""
+    deepspeed = import_deepspeed()
+    try:
+        engine, optimizer, _, scheduler = deepspeed.initialize(**kwargs)
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+        if not _build_failure(exc):
+            raise
+        raise RuntimeError(
+            "DeepSpeed could not build its C++ communication op on this machine (it compiles "
+            "it the first time it runs, into ~/.cache/torch_extensions). Install a C++ compiler "
+            "and ninja (Debian/Ubuntu: apt-get install g++; pip install ninja), then start the "
+            f"training again. DeepSpeed said: {exc}"
+        ) from exc
+    return engine, optimizer, scheduler
+
+
+class DeepSpeedEngineWrapper:
+    """The engine that ``Accelerator.backward`` drives: backward, then on the last batch of
+    an accumulation cycle DeepSpeed's step (clipping, optimizer, scheduler, zeroing)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def backward(self, loss: torch.Tensor, sync_gradients: bool = True, **kwargs: Any) -> None:
+        self.engine.set_gradient_accumulation_boundary(is_boundary=sync_gradients)
+        self.engine.backward(loss, **kwargs)
+        if sync_gradients:
+            self.engine.step()
+
+    def get_global_grad_norm(self) -> torch.Tensor | None:
+        """The gradients' total norm at the last step (before clipping), as a tensor."""
+        norm = self.engine.get_global_grad_norm()
+        if norm is None or isinstance(norm, torch.Tensor):
+            return norm
+        return torch.tensor(float(norm))
+
+
+class DeepSpeedOptimizerWrapper(AcceleratedOptimizer):
+    """DeepSpeed's optimizer as ``prepare()`` returns it: ``step`` and ``zero_grad`` do
+    nothing (the engine did both in ``backward``); ``step_was_skipped`` reports an fp16
+    overflow."""
+
+    def __init__(self, optimizer: Any) -> None:
+        super().__init__(optimizer, device_placement=False, scaler=None)
+
+    def zero_grad(self, set_to_none: bool | None = None) -> None:
+        pass  # the engine zeroes gradients after its step
+
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]
+        pass  # the engine stepped in Accelerator.backward
+
+    @property
+    def step_was_skipped(self) -> bool:
+        return bool(getattr(self.optimizer, "overflow", False))
+
+    @step_was_skipped.setter
+    def step_was_skipped(self, skipped: bool) -> None:
+        pass  # DeepSpeed's optimizer knows
+
+    def __repr__(self) -> str:
+        return f"DeepSpeedOptimizerWrapper({type(self.optimizer).__name__})"
+
+
+class DeepSpeedSchedulerWrapper(AcceleratedScheduler):
+    """The scheduler DeepSpeed built or was given: ``step`` does nothing (the engine steps
+    it on each optimizer step)."""
+
+    def __init__(self, scheduler: Any, optimizers: Any) -> None:
+        listed = list(optimizers) if isinstance(optimizers, (list, tuple)) else [optimizers]
+        super().__init__(scheduler, [o for o in listed if o is not None])
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        pass  # the engine steps the scheduler
+
+
+def get_active_deepspeed_plugin(state: Any) -> Any:
+    """The selected DeepSpeed plugin of ``state`` (an ``AcceleratorState``)."""
+    if str(getattr(state, "distributed_type", "")) != "DEEPSPEED":
+        raise ValueError(
+            "get_active_deepspeed_plugin: DeepSpeed is not in use in this process; create "
+            "Accelerator(deepspeed_plugin=...) inside the launched function first."
+        )
+    return state.deepspeed_plugin

@@ -1,0 +1,68 @@
+"""The DeepSpeed settings a launcher hands its processes, under Accelerate's variable names.
+
+``accelerate launch --use_deepspeed`` and ``nbaccel launch --use_deepspeed`` set
+``ACCELERATE_USE_DEEPSPEED=true`` and one ``ACCELERATE_DEEPSPEED_*`` variable per setting;
+``DeepSpeedPlugin()`` reads them for the fields it was not given (:func:`read_deepspeed_launch`),
+and ``Accelerator()`` builds a plugin by itself when the launch asked for DeepSpeed
+(:func:`deepspeed_launched`). :func:`deepspeed_launch_variables` writes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ._vars import _bool_var, _environ
+
+__all__ = ["deepspeed_launch_variables", "deepspeed_launched", "read_deepspeed_launch"]
+
+_USE = "ACCELERATE_USE_DEEPSPEED"
+
+# the plugin's field -> Accelerate's variable
+DEEPSPEED_VARIABLES = {
+    "hf_ds_config": "ACCELERATE_DEEPSPEED_CONFIG_FILE",
+    "zero_stage": "ACCELERATE_DEEPSPEED_ZERO_STAGE",
+    "offload_optimizer_device": "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
+    "offload_param_device": "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE",
+    "offload_optimizer_nvme_path": "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_NVME_PATH",
+    "offload_param_nvme_path": "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_NVME_PATH",
+    "zero3_init_flag": "ACCELERATE_DEEPSPEED_ZERO3_INIT",
+    "zero3_save_16bit_model": "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL",
+    "transformer_moe_cls_names": "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES",
+    "gradient_accumulation_steps": "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+    "gradient_clipping": "ACCELERATE_GRADIENT_CLIPPING",
+}
+
+
+def deepspeed_launched(environ: Mapping[str, str] | None = None) -> bool:
+    """True when the launcher asked for DeepSpeed (``ACCELERATE_USE_DEEPSPEED=true``)."""
+    return _bool_var(_environ(environ), _USE)
+
+
+def read_deepspeed_launch(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The plugin fields the launch set, as raw text (``"none"`` and empty values left out);
+    ``DeepSpeedPlugin`` validates them."""
+    env = _environ(environ)
+    found: dict[str, str] = {}
+    for field, name in DEEPSPEED_VARIABLES.items():
+        raw = env.get(name)
+        if raw is not None and raw.strip() not in ("", "none", "None"):
+            found[field] = raw.strip()
+    return found
+
+
+def deepspeed_launch_variables(settings: Mapping[str, Any]) -> dict[str, str]:
+    """The variables a launcher sets so that ``Accelerator()`` in its processes runs
+    DeepSpeed with ``settings`` (plugin field -> value; None values are left out)."""
+    variables = {_USE: "true"}
+    for field, value in settings.items():
+        if field not in DEEPSPEED_VARIABLES:
+            raise ValueError(
+                f"{field!r} is not a DeepSpeed launch setting; known: "
+                f"{', '.join(sorted(DEEPSPEED_VARIABLES))}."
+            )
+        if value is None:
+            continue
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        variables[DEEPSPEED_VARIABLES[field]] = text
+    return variables

@@ -1,0 +1,101 @@
+"""``prepare()`` under DeepSpeed: the data loaders as always, then one engine built from the
+model, optimizer and scheduler of the same call, with the config's ``"auto"`` values filled
+from what the call holds (as Accelerate's ``_prepare_deepspeed`` does)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from ..deepspeed.autofill import Found
+from ..deepspeed.dummies import DummyOptim, DummyScheduler
+from ..optim import AcceleratedScheduler
+from ..strategies.deepspeed import DeepSpeedStrategy
+from .preparation import Preparer, _is_scheduler, _mark
+
+__all__ = ["prepare_with_deepspeed"]
+
+
+def _kind(obj: Any) -> str:
+    if isinstance(obj, nn.Module):
+        return "model"
+    if isinstance(obj, (torch.optim.Optimizer, DummyOptim)):
+        return "optimizer"
+    if isinstance(obj, DummyScheduler) or _is_scheduler(obj):
+        return "scheduler"
+    if isinstance(obj, DataLoader):
+        return "loader"
+    return "other"
+
+
+def prepare_with_deepspeed(
+    preparer: Preparer,
+    strategy: DeepSpeedStrategy,
+    objects: tuple[Any, ...],
+    accumulation_steps: int,
+) -> tuple[Any, ...]:
+    """Prepare ``objects`` for DeepSpeed; models come back as engines."""
+    kinds = [_kind(obj) for obj in objects]
+    for kind in ("model", "optimizer", "scheduler"):
+        if kinds.count(kind) > 1:
+            raise ValueError(
+                f"Under DeepSpeed one prepare() call builds one engine, so it takes one {kind}; "
+                f"it got {kinds.count(kind)}. Prepare each model with its optimizer in its own "
+                "call (and select its plugin with state.select_deepspeed_plugin(name))."
+            )
+    if "optimizer" in kinds and "model" not in kinds:
+        raise ValueError(
+            "Under DeepSpeed the optimizer is prepared together with its model: pass both to "
+            "the same accelerator.prepare(model, optimizer, loader) call."
+        )
+
+    def find(kind: str) -> Any:
+        return next((obj for obj, k in zip(objects, kinds, strict=True) if k == kind), None)
+
+    loaders = [obj for obj, kind in zip(objects, kinds, strict=True) if kind == "loader"]
+    found = Found(
+        batch_sizes=[loader.batch_size for loader in loaders],
+        split_batches=preparer.dataloader_config.split_batches,
+        num_processes=preparer.num_processes,
+        model=find("model"),
+        optimizer=find("optimizer"),
+        scheduler=find("scheduler"),
+    )
+    model = found.model
+    if model is not None:  # checked before anything moves; initialize fills the config
+        preparer._check_new(model, "model")
+        preparer.precision.wrap_forward(model)
+    engine, optimizer, scheduler = strategy.initialize(
+        found, accumulation_steps, preparer.precision.in_effect
+    )
+    result = list(objects)
+    for index, kind in enumerate(kinds):
+        if kind == "loader":
+            result[index] = _mark(preparer.data_loader(objects[index]))
+        elif kind == "model" and engine is not None:
+            preparer.models.append(engine)
+            preparer._remember(objects[index], engine)
+            result[index] = _mark(engine)
+        elif kind == "optimizer" and optimizer is not None:
+            preparer.optimizers.append(optimizer)
+            preparer._remember(objects[index], optimizer)
+            result[index] = _mark(optimizer)
+    for index, kind in enumerate(kinds):
+        if kind != "scheduler":
+            continue
+        prepared = scheduler
+        if prepared is None:  # a torch scheduler DeepSpeed does not step: it follows the step
+            prepared = AcceleratedScheduler(
+                objects[index],
+                [optimizer] if optimizer is not None else preparer.optimizers,
+                step_with_optimizer=preparer.step_scheduler_with_optimizer,
+                split_batches=preparer.dataloader_config.split_batches,
+                num_processes=preparer.num_processes,
+            )
+        preparer.schedulers.append(prepared)
+        preparer._remember(objects[index])
+        result[index] = _mark(prepared)
+    return tuple(result)
