@@ -8,6 +8,7 @@ from .engine import (
     DeepSpeedOptimizerWrapper,
     DeepSpeedSchedulerWrapper,
     import_deepspeed,
+    prebuild_ops,
 )
 from .hfconfig import HfDeepSpeedConfig
 from .plugin import DeepSpeedPlugin
@@ -23,4 +24,5 @@ __all__ = [
     "HfDeepSpeedConfig",
     "fill_auto_values",
     "import_deepspeed",
+    "prebuild_ops",
 ]

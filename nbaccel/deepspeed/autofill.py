@@ -93,7 +93,9 @@ def _micro_batch(plugin: DeepSpeedPlugin, found: Found) -> int | None:
             )
         return from_loaders
     configured = plugin.get_value("train_micro_batch_size_per_gpu")
-    if configured is not None and from_loaders is not None and configured != from_loaders:
+    if configured is None:  # not in the config: the loaders say (DeepSpeed would guess it)
+        return from_loaders
+    if from_loaders is not None and configured != from_loaders:
         raise ValueError(
             f"The DeepSpeed config's train_micro_batch_size_per_gpu={configured} contradicts "
             f"the data loader, which gives each process batches of {from_loaders}; set it to "

@@ -18,6 +18,8 @@ __all__ = [
     "get_active_deepspeed_plugin",
     "import_deepspeed",
     "initialize_engine",
+    "offload_optimizer",
+    "prebuild_ops",
 ]
 
 EXTRA = "pip install 'nbaccel[deepspeed]'"
@@ -36,6 +38,67 @@ def import_deepspeed() -> ModuleType:
     return deepspeed
 
 
+def prebuild_ops(offload: bool = True) -> list[str]:
+    """Compile DeepSpeed's CPU ops now (its communication op and, with ``offload``, its CPU
+    Adam and Adagrad), once per machine: later engines load them from
+    ``~/.cache/torch_extensions`` instead of compiling on their first use. Returns the ops."""
+    deepspeed = import_deepspeed()
+    builders = ["ShareMemCommBuilder"]
+    if offload:
+        builders += ["CPUAdamBuilder", "CPUAdagradBuilder"]
+    ops = deepspeed.ops.op_builder
+    built = []
+    for name in builders:
+        builder = getattr(ops, name, None)
+        if builder is None or not builder().is_compatible(verbose=False):
+            continue
+        try:
+            builder().load(verbose=False)
+        except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+            raise _compiler_error(exc) from exc
+        built.append(name)
+    return built
+
+
+def offload_optimizer(optimizer: torch.optim.Optimizer) -> Any:
+    """DeepSpeed's CPU optimizer for a torch Adam, AdamW or Adagrad, with the same parameter
+    groups and hyperparameters (what optimizer offload runs on the CPU); None for another kind
+    (DeepSpeed then steps the torch optimizer itself)."""
+    import_deepspeed()
+    defaults = optimizer.defaults
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        # deepspeed is imported above: its CPU optimizers exist only with it
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+        return DeepSpeedCPUAdam(
+            optimizer.param_groups,
+            lr=defaults["lr"],
+            betas=defaults.get("betas", (0.9, 0.999)),
+            eps=defaults.get("eps", 1e-8),
+            weight_decay=defaults.get("weight_decay", 0),
+            adamw_mode=isinstance(optimizer, torch.optim.AdamW),
+        )
+    if isinstance(optimizer, torch.optim.Adagrad):
+        from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad
+
+        return DeepSpeedCPUAdagrad(
+            optimizer.param_groups,
+            lr=defaults["lr"],
+            eps=defaults.get("eps", 1e-10),
+            weight_decay=defaults.get("weight_decay", 0),
+        )
+    return None
+
+
+def _compiler_error(exc: BaseException) -> RuntimeError:
+    return RuntimeError(
+        "DeepSpeed could not build its C++ ops on this machine (it compiles them the first time "
+        "they run, into ~/.cache/torch_extensions). Install a C++ compiler and ninja "
+        "(Debian/Ubuntu: apt-get install g++; pip install ninja), then start the training "
+        f"again. DeepSpeed said: {exc}"
+    )
+
+
 def _build_failure(exc: BaseException) -> bool:
     text = str(exc).lower()
     return isinstance(exc, subprocess.CalledProcessError) or any(
@@ -52,12 +115,7 @@ def initialize_engine(**kwargs: Any) -> tuple[Any, Any, Any]:
     except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
         if not _build_failure(exc):
             raise
-        raise RuntimeError(
-            "DeepSpeed could not build its C++ communication op on this machine (it compiles "
-            "it the first time it runs, into ~/.cache/torch_extensions). Install a C++ compiler "
-            "and ninja (Debian/Ubuntu: apt-get install g++; pip install ninja), then start the "
-            f"training again. DeepSpeed said: {exc}"
-        ) from exc
+        raise _compiler_error(exc) from exc
     return engine, optimizer, scheduler
 
 

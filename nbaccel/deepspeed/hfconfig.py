@@ -19,7 +19,11 @@ def _load(config_file_or_dict: Any) -> dict[str, Any]:
         return copy.deepcopy(config_file_or_dict)  # never change the caller's dict
     if isinstance(config_file_or_dict, (str, os.PathLike)):
         path = Path(config_file_or_dict).expanduser()
-        if path.is_file():
+        try:
+            is_file = path.is_file()
+        except OSError:  # base64 text longer than a file name may be
+            is_file = False
+        if is_file:
             try:
                 loaded = json.loads(path.read_text(encoding="utf-8"))
             except json.JSONDecodeError as exc:

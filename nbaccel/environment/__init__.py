@@ -11,7 +11,12 @@ Launchers write the variables through :func:`launch_variables`, so the names liv
 
 from __future__ import annotations
 
-from .deepspeed import deepspeed_launch_variables, deepspeed_launched, read_deepspeed_launch
+from .deepspeed import (
+    choose_deepspeed_accelerator,
+    deepspeed_launch_variables,
+    deepspeed_launched,
+    read_deepspeed_launch,
+)
 from .detect import (
     in_colab,
     in_kaggle,
@@ -63,6 +68,7 @@ __all__ = [
     "DeviceChoice",
     "LaunchEnvironment",
     "accelerate_config_candidates",
+    "choose_deepspeed_accelerator",
     "choose_device",
     "config_file_override",
     "cuda_device_count",

@@ -9,12 +9,18 @@ and ``Accelerator()`` builds a plugin by itself when the launch asked for DeepSp
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from ._vars import _bool_var, _environ
 
-__all__ = ["deepspeed_launch_variables", "deepspeed_launched", "read_deepspeed_launch"]
+__all__ = [
+    "choose_deepspeed_accelerator",
+    "deepspeed_launch_variables",
+    "deepspeed_launched",
+    "read_deepspeed_launch",
+]
 
 _USE = "ACCELERATE_USE_DEEPSPEED"
 
@@ -66,3 +72,11 @@ def deepspeed_launch_variables(settings: Mapping[str, Any]) -> dict[str, str]:
         text = str(value).lower() if isinstance(value, bool) else str(value)
         variables[DEEPSPEED_VARIABLES[field]] = text
     return variables
+
+
+def choose_deepspeed_accelerator(device_type: str) -> None:
+    """Tell DeepSpeed (before its import) that this process trains on the CPU, unless the user
+    chose already (``DS_ACCELERATOR``): it then neither guesses nor warns, and a process asked
+    to run on the CPU on a GPU machine (``cpu=True``) keeps DeepSpeed there too."""
+    if device_type == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")

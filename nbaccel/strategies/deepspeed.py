@@ -25,8 +25,15 @@ from ..deepspeed.engine import (
     DeepSpeedSchedulerWrapper,
     import_deepspeed,
     initialize_engine,
+    offload_optimizer,
 )
 from ..deepspeed.plugin import DeepSpeedPlugin
+from ..environment import (
+    choose_deepspeed_accelerator,
+    fp16_unavailable_note,
+    precision_in_effect,
+)
+from ..state import AcceleratorState
 from .base import Strategy
 
 __all__ = ["DeepSpeedStrategy", "is_engine"]
@@ -59,8 +66,11 @@ class DeepSpeedStrategy(Strategy):
         """The engine, optimizer and scheduler for one ``prepare()`` call (each None when not
         given), after filling the active plugin's config from ``found``."""
         plugin = self.plugin
+        device = AcceleratorState().device.type
+        choose_deepspeed_accelerator(device)
         import_deepspeed()  # a missing extra is named before anything is filled
         plugin.set_mixed_precision(mixed_precision)
+        _keep_fp16_off_where_it_does_not_train(plugin, device)
         fill_auto_values(plugin, found, accumulation_steps)
         model, optimizer, scheduler = found.model, found.optimizer, found.scheduler
         if model is None:
@@ -72,7 +82,7 @@ class DeepSpeedStrategy(Strategy):
             if isinstance(scheduler, DummyScheduler) and scheduler.lr_scheduler_callable:
                 kwargs["lr_scheduler"] = scheduler.lr_scheduler_callable
         elif optimizer is not None:
-            kwargs["optimizer"] = optimizer
+            kwargs["optimizer"] = self._offloaded(optimizer, plugin)
         engine, ds_optimizer, ds_scheduler = initialize_engine(**kwargs)
         self.engines.append(engine)
         if self.wrapped is None:
@@ -91,6 +101,20 @@ class DeepSpeedStrategy(Strategy):
         if scheduler is not None and ds_scheduler is not None:
             wrapped_scheduler = DeepSpeedSchedulerWrapper(ds_scheduler, wrapped_optimizer)
         return engine, wrapped_optimizer, wrapped_scheduler
+
+    @staticmethod
+    def _offloaded(optimizer: Any, plugin: DeepSpeedPlugin) -> Any:
+        """With optimizer offload, DeepSpeed's CPU version of a torch Adam / AdamW / Adagrad
+        (as Accelerate maps it); another optimizer runs as it is, on the CPU partitions."""
+        config = plugin.deepspeed_config
+        device = plugin.get_value("zero_optimization.offload_optimizer.device", "none")
+        if device == "none" or not config.get("zero_force_ds_cpu_optimizer", True):
+            return optimizer
+        mapped = offload_optimizer(optimizer)
+        if mapped is None:
+            config["zero_force_ds_cpu_optimizer"] = False
+            return optimizer
+        return mapped
 
     def wrap_model(self, model: nn.Module, **kwargs: Any) -> nn.Module:
         raise RuntimeError(
@@ -192,6 +216,21 @@ class DeepSpeedStrategy(Strategy):
                 engine.destroy()
         self.engines.clear()
         self.wrapped = None
+
+
+def _keep_fp16_off_where_it_does_not_train(plugin: DeepSpeedPlugin, device: str) -> None:
+    """A config that enables fp16 (Accelerate's templates do) on a device that does not train
+    in fp16 (the CPU) trains in full precision, with one warning: the fp16 rule."""
+    if precision_in_effect("fp16", device) == "fp16" or not plugin.get_value("fp16.enabled"):
+        return
+    plugin.deepspeed_config["fp16"]["enabled"] = False
+    warnings.warn(
+        f"The DeepSpeed config enables fp16, but {fp16_unavailable_note(device)}: this run "
+        'trains in full precision. Set "fp16": {"enabled": false} (or "auto") in the config, '
+        'or enable "bf16" for mixed precision here.',
+        UserWarning,
+        stacklevel=5,
+    )
 
 
 def _own_tensors(module: nn.Module, prefix: str) -> dict[str, torch.Tensor]:

@@ -31,6 +31,20 @@ def _kind(obj: Any) -> str:
     return "other"
 
 
+def _check_optimizer_trains(model: nn.Module, optimizer: Any) -> None:
+    """A torch optimizer must hold the model's own parameters: DeepSpeed maps each of them."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        return
+    owned = {id(p) for p in model.parameters()}
+    foreign = sum(1 for g in optimizer.param_groups for p in g["params"] if id(p) not in owned)
+    if foreign:
+        raise ValueError(
+            f"The optimizer {type(optimizer).__name__} holds {foreign} parameter(s) that are not "
+            f"the parameters of the {type(model).__name__} given with it; build the optimizer "
+            "from model.parameters() of the model you pass to prepare()."
+        )
+
+
 def prepare_with_deepspeed(
     preparer: Preparer,
     strategy: DeepSpeedStrategy,
@@ -67,6 +81,7 @@ def prepare_with_deepspeed(
     model = found.model
     if model is not None:  # checked before anything moves; initialize fills the config
         preparer._check_new(model, "model")
+        _check_optimizer_trains(model, found.optimizer)
         preparer.precision.wrap_forward(model)
     engine, optimizer, scheduler = strategy.initialize(
         found, accumulation_steps, preparer.precision.in_effect

@@ -1,0 +1,57 @@
+"""DeepSpeed through the Accelerator on 2 real gloo ranks with the real ``deepspeed``: one
+forked launch runs every check of deepspeed_checks and deepspeed_api_checks (one test each);
+a spawned launch runs one ZeRO-3 training check again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import deepspeed_api_checks  # noqa: F401  (registers its checks with deepspeed_checks)
+import deepspeed_checks
+import pytest
+
+from nbaccel import notebook_launcher
+
+pytestmark = pytest.mark.multiprocess
+
+NAMES = [f.__name__ for f in deepspeed_checks.CHECKS]
+
+
+@pytest.fixture(scope="module")
+def per_rank(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, str]]:
+    root = tmp_path_factory.mktemp("deepspeed")
+    results = notebook_launcher(
+        deepspeed_checks.run_all_checks,
+        args=(str(root),),
+        num_processes=2,
+        start_method="fork",
+        timeout=400,
+    )
+    assert len(results) == 2
+    return results
+
+
+def _failures(per_rank: list[dict[str, str]], name: str) -> list[str]:
+    return [
+        f"{name} failed on rank {rank}:\n{outcome.get(name, 'did not run')}"
+        for rank, outcome in enumerate(per_rank)
+        if outcome.get(name) != "ok"
+    ]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_check(per_rank: list[dict[str, str]], name: str) -> None:
+    failures = _failures(per_rank, name)
+    assert not failures, "\n\n".join(failures)
+
+
+def test_a_spawned_launch_trains_zero3_like_one_process(tmp_path: Path) -> None:
+    results = notebook_launcher(
+        deepspeed_checks.run_all_checks,
+        args=(str(tmp_path), ["zero3_equals_one_process"]),
+        num_processes=2,
+        start_method="spawn",
+        timeout=300,
+    )
+    failures = _failures(results, "zero3_equals_one_process")
+    assert not failures, "\n\n".join(failures)
