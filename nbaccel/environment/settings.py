@@ -71,8 +71,13 @@ def fsdp_ram_efficient_loading_enabled(environ: Mapping[str, str] | None = None)
 
 
 def set_fsdp_ram_efficient_loading(enabled: bool) -> None:
-    """Write the documented toggle ``FSDP_CPU_RAM_EFFICIENT_LOADING`` (``True`` / ``False``)."""
+    """Write the documented toggle ``FSDP_CPU_RAM_EFFICIENT_LOADING`` (``True`` / ``False``);
+    enabling it also sets ``ACCELERATE_USE_FSDP`` when unset, so that Transformers'
+    ``is_fsdp_enabled()`` is true and ``from_pretrained`` loads RAM-efficiently, as with
+    Accelerate."""
     os.environ[_RAM_EFFICIENT_LOADING] = "True" if enabled else "False"
+    if enabled:
+        os.environ.setdefault("ACCELERATE_USE_FSDP", "True")
 
 
 def environment_for_child(exclude: re.Pattern[str]) -> dict[str, str]:

@@ -126,6 +126,7 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
                 fsdp_plugin=plugin,
                 dynamo_plugin=dynamo_plugin,
                 deepspeed_plugins=deepspeed_plugins_in_use(process, plugins),
+                fsdp_asked=plugin is not None or fsdp_plugin is not None,
                 from_accelerator=_from_accelerator,
             )
             if STATE.accelerator.deepspeed_plugins:

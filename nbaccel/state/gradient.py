@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..environment import read_fsdp_launch
 from ..plugins import GradientAccumulationPlugin
 from .registry import STATE, GradientRecord
 from .shared import SharedState
@@ -128,9 +129,13 @@ class GradientState:
 
     @property
     def is_xla_gradients_synced(self) -> bool:
-        """Whether XLA gradients were reduced before the optimizer step (always True on FSDP)."""
+        """Whether XLA gradients were reduced before the optimizer step; always True under FSDP
+        (a plugin given, even where a process on its own sets it aside, or the launch's FSDP
+        settings), as in Accelerate."""
         acc = STATE.accelerator
-        if acc is not None and acc.fsdp_plugin is not None:
+        if acc is not None and (acc.fsdp_plugin is not None or acc.fsdp_asked):
+            return True
+        if read_fsdp_launch() is not None:
             return True
         return self._record().xla_gradients_synced
 

@@ -59,6 +59,8 @@ class AcceleratorRecord:
     mixed_precision: str
     fsdp_plugin: Any = None
     dynamo_plugin: Any = None
+    # FSDP was asked for (a plugin, the launch or the config file), even where it was set aside
+    fsdp_asked: bool = False
     # DeepSpeed plugins by name (None: DeepSpeed is not in use); one of them is selected
     deepspeed_plugins: dict[str, Any] | None = None
     from_accelerator: bool = False
