@@ -79,6 +79,7 @@ def offload_optimizer(optimizer: torch.optim.Optimizer) -> Any:
             adamw_mode=isinstance(optimizer, torch.optim.AdamW),
         )
     if isinstance(optimizer, torch.optim.Adagrad):
+        # deepspeed is optional: its CPU Adagrad exists only with it
         from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad
 
         return DeepSpeedCPUAdagrad(

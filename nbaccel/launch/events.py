@@ -17,6 +17,7 @@ from .states import PoolState, RankState, TaskState
 __all__ = [
     "BarEvent",
     "DisplayEvent",
+    "EngineEvent",
     "Event",
     "MemoryEvent",
     "MetricsEvent",
@@ -25,6 +26,7 @@ __all__ = [
     "RankStateEvent",
     "TaskEvent",
     "emit",
+    "report_engine",
     "report_metrics",
     "report_progress",
 ]
@@ -94,6 +96,15 @@ class MemoryEvent(Event):
     gpu_memory: int | None = None
 
 
+@dataclass(frozen=True)
+class EngineEvent(Event):
+    """The training engine a rank's ``Accelerator`` runs, sent when it is created:
+    ``engine`` names it (``"deepspeed"``), ``stage`` its ZeRO stage."""
+
+    engine: str = ""
+    stage: int | None = None
+
+
 def emit(event: Event) -> bool:
     """Send ``event`` to the launcher's parent process. False when not in a launched worker."""
     sink = STATE.event_sink
@@ -111,6 +122,11 @@ def _rank() -> int:
 def report_progress(n: int, total: int | None = None, desc: str = "") -> bool:
     """Report loop progress from this rank."""
     return emit(ProgressEvent(rank=_rank(), n=n, total=total, desc=desc))
+
+
+def report_engine(engine: str, stage: int | None = None) -> bool:
+    """Report the training engine this rank's ``Accelerator`` runs."""
+    return emit(EngineEvent(rank=_rank(), engine=engine, stage=stage))
 
 
 def report_metrics(values: dict[str, float], step: int | None = None) -> bool:

@@ -138,9 +138,24 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
         elif fsdp_plugin is not None:  # set aside like the first one's, with the warning
             fsdp_plugin_in_use(process, fsdp_plugin)
         self._check_unchanged("dynamo_plugin", dynamo_plugin, record.dynamo_plugin)
-        if plugins and record.deepspeed_plugins is not None:
-            self._check_unchanged("deepspeed_plugin", plugins, record.deepspeed_plugins)
+        if plugins:
+            self._add_deepspeed_plugins(plugins)
         record.from_accelerator = record.from_accelerator or _from_accelerator
+
+    def _add_deepspeed_plugins(self, plugins: dict[str, Any]) -> None:
+        """A later Accelerator's DeepSpeed plugins join the state's under their names (a
+        notebook cell or a pool cell run again builds its engine again) and its first is
+        selected; engines built before keep the config they were built with."""
+        record = self._record()
+        if record.deepspeed_plugins is None:
+            raise ValueError(
+                "AcceleratorState has already been set up in this process without DeepSpeed; "
+                "a later Accelerator cannot turn it on. Pass deepspeed_plugin to the first "
+                "Accelerator() created in the process (inside the launched function), or "
+                "restart the pool (%nbaccel restart)."
+            )
+        record.deepspeed_plugins.update(plugins)
+        self.select_deepspeed_plugin(next(iter(plugins)))
 
     @staticmethod
     def _check_unchanged(name: str, asked: Any, current: Any) -> None:

@@ -13,6 +13,7 @@ from torch import nn
 from ..data import DataLoaderConfiguration, skip_first_batches
 from ..enums import DynamoBackend, RNGType
 from ..kwargs_handlers import AutocastKwargs, KwargsHandler
+from ..launch.events import report_engine
 from ..modeling import recompiled
 from ..plugins import (
     GradientAccumulationPlugin,
@@ -136,6 +137,7 @@ class Accelerator:
             if isinstance(strategy, DeepSpeedStrategy):
                 self.precision.scaler = None  # DeepSpeed scales fp16 losses itself
                 accumulation = deepspeed_accumulation(strategy.plugin, accumulation)
+                report_engine("deepspeed", strategy.plugin.zero_stage)  # the launch dashboard
         except Exception:
             if fresh:  # a refused setting must not stick to the process (e.g. fp8 on CPU)
                 STATE.accelerator = None

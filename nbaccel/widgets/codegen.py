@@ -7,7 +7,13 @@ from typing import Any
 from ..fsdp.config_keys import KEY_TO_ARGUMENT
 from .form import PanelValues, launch_options
 
-__all__ = ["FSDP_ARGUMENTS", "accelerator_options", "plugin_options", "show_code"]
+__all__ = [
+    "FSDP_ARGUMENTS",
+    "accelerator_options",
+    "deepspeed_options",
+    "plugin_options",
+    "show_code",
+]
 
 # fsdp_config key -> FullyShardedDataParallelPlugin argument (Accelerate's names)
 FSDP_ARGUMENTS = KEY_TO_ARGUMENT
@@ -25,8 +31,13 @@ def plugin_options(values: PanelValues) -> dict[str, Any]:
     return out
 
 
+def deepspeed_options(values: PanelValues) -> dict[str, Any]:
+    """``DeepSpeedPlugin`` keyword arguments (empty without DeepSpeed)."""
+    return values.deepspeed_arguments()
+
+
 def accelerator_options(values: PanelValues) -> dict[str, Any]:
-    """``Accelerator`` keyword arguments, the FSDP plugin aside (defaults left out)."""
+    """``Accelerator`` keyword arguments, the plugins aside (defaults left out)."""
     out: dict[str, Any] = {}
     if values.mixed_precision != "no":
         out["mixed_precision"] = values.mixed_precision
@@ -37,13 +48,16 @@ def accelerator_options(values: PanelValues) -> dict[str, Any]:
     return out
 
 
-def _call(name: str, options: dict[str, Any], indent: str, extra: str = "") -> str:
+def _call(name: str, options: dict[str, Any], indent: str, extra: str = "", to: str = "") -> str:
+    """``name(...)`` on one line where it fits in 100 characters, else one argument a line;
+    ``to``: the variable it is assigned to."""
     parts = [*([extra] if extra else []), *(f"{k}={v!r}" for k, v in options.items())]
-    one_line = f"{indent}{name}({', '.join(parts)})"
+    head = f"{indent}{to} = {name}(" if to else f"{indent}{name}("
+    one_line = f"{head}{', '.join(parts)})"
     if len(one_line) <= 100:
         return one_line
     inner = "".join(f"{indent}    {part},\n" for part in parts)
-    return f"{indent}{name}(\n{inner}{indent})"
+    return f"{head}\n{inner}{indent})"
 
 
 def show_code(values: PanelValues, function_name: str = "train", args_name: str = "args") -> str:
@@ -53,26 +67,21 @@ def show_code(values: PanelValues, function_name: str = "train", args_name: str 
     the launched function, ``notebook_launcher(...)`` in the cell.
     """
     plugin = plugin_options(values)
-    names = ["Accelerator", "notebook_launcher"]
+    deepspeed = deepspeed_options(values)
+    names = ["Accelerator", *(["DeepSpeedPlugin"] if deepspeed else []), "notebook_launcher"]
     lines = [f"from nbaccel import {', '.join(names)}"]
     if plugin:
         lines.append("from nbaccel.utils import FullyShardedDataParallelPlugin")
     lines += ["", "", f"def {function_name}(*{args_name}):"]
     accel = accelerator_options(values)
-    if plugin:
-        lines.append(
-            _call("FullyShardedDataParallelPlugin", plugin, "    ").replace(
-                "    FullyShardedDataParallelPlugin(",
-                "    fsdp_plugin = FullyShardedDataParallelPlugin(",
-                1,
-            )
-        )
-        accel["fsdp_plugin"] = _Raw("fsdp_plugin")
-    lines.append(
-        _call("Accelerator", accel, "    ").replace(
-            "    Accelerator(", "    accelerator = Accelerator(", 1
-        )
-    )
+    for cls, options, name in (
+        ("FullyShardedDataParallelPlugin", plugin, "fsdp_plugin"),
+        ("DeepSpeedPlugin", deepspeed, "deepspeed_plugin"),
+    ):
+        if options:
+            lines.append(_call(cls, options, "    ", to=name))
+            accel[name] = _Raw(name)
+    lines.append(_call("Accelerator", accel, "    ", to="accelerator"))
     lines += ["    ...  # the training loop", "", ""]
     launch = launch_options(values)
     lines.append(_call("notebook_launcher", launch, "", extra=f"{function_name}, {args_name}"))

@@ -5,14 +5,22 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..config import ConfigFile, FsdpConfig, ValueProblem
+from ..config import ConfigError, ConfigFile, FsdpConfig, ValueProblem
 from ..config.fsdp import SHARDING_STRATEGIES, STATE_DICT_TYPES, WRAP_POLICIES
 from ..config.hosts import check_no_machines, hosts_setting, hosts_text
 from ..config.ranks import parse_display_ranks
 from ..config.schema import START_METHODS
+from .deepspeed_form import deepspeed_problems, plugin_arguments, sharding_of
 from .hardware import Hardware
 
-__all__ = ["START_METHODS", "PanelValues", "launch_options", "validate"]
+__all__ = ["DEEPSPEED_NOT_SAVED", "START_METHODS", "PanelValues", "launch_options", "validate"]
+
+# Why Save refuses DeepSpeed: the panel does not write the file's deepspeed_config section yet.
+DEEPSPEED_NOT_SAVED = (
+    "the panel does not save DeepSpeed settings to the config file yet: build the Accelerator "
+    "in the training function with Show code's DeepSpeedPlugin(...) instead (Save writes "
+    "Sharding None or FSDP)"
+)
 
 
 @dataclasses.dataclass
@@ -43,6 +51,23 @@ class PanelValues:
     fsdp_offload_params: bool = False
     fsdp_state_dict_type: str = "SHARDED_STATE_DICT"
     fsdp_activation_checkpointing: bool = False
+    use_deepspeed: bool = False
+    deepspeed_zero_stage: int = 2
+    deepspeed_offload_optimizer_device: str = "none"
+    deepspeed_offload_optimizer_nvme_path: str = ""
+    deepspeed_offload_param_device: str = "none"  # stage 3 only
+    deepspeed_offload_param_nvme_path: str = ""
+    deepspeed_config_file: str = ""  # a DeepSpeed JSON config; "": the plugin writes one
+    deepspeed_zero3_save_16bit_model: bool = False
+
+    @property
+    def sharding(self) -> str:
+        """The Sharding choice: ``none``, ``fsdp`` or ``deepspeed``."""
+        return sharding_of(self)
+
+    def deepspeed_arguments(self) -> dict[str, Any]:
+        """``DeepSpeedPlugin`` keyword arguments (empty without DeepSpeed)."""
+        return plugin_arguments(self)
 
     def fsdp_mapping(self) -> dict[str, Any]:
         """The ``fsdp_config`` mapping these values stand for (empty without FSDP)."""
@@ -80,7 +105,10 @@ class PanelValues:
 
         Raises:
             ValueProblem: naming the key whose value is wrong (see :func:`validate` first).
+            ConfigError: DeepSpeed is chosen (:data:`DEEPSPEED_NOT_SAVED`).
         """
+        if self.use_deepspeed:
+            raise ConfigError(DEEPSPEED_NOT_SAVED)
         return ConfigFile(
             distributed_type=self.distributed_type(),
             mixed_precision=self.mixed_precision,
@@ -249,9 +277,10 @@ def validate(values: PanelValues, hardware: Hardware) -> dict[str, str]:
     out.update(_machine_problems(v))
     out.update(_hosts_problems(v))
     out.update(_fsdp_problems(v, hardware))
+    out.update(deepspeed_problems(v))
     if not out:
-        try:
-            v.to_config()
+        try:  # the rest of the settings, as the file would hold them (DeepSpeed aside)
+            dataclasses.replace(v, use_deepspeed=False).to_config()
         except ValueProblem as problem:
             key = (problem.key or "device").split(".")[-1]
             out[key if hasattr(v, key) else "device"] = problem.problem

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import html
 import threading
 from collections.abc import Callable
@@ -20,72 +19,14 @@ from ..config import (
     save_config_file,
     write_location,
 )
-from ..config.fsdp import SHARDING_STRATEGIES, STATE_DICT_TYPES, WRAP_POLICIES
 from ..launch.parent.notebook import notebook_launcher
 from .codegen import show_code
 from .dashboard import LaunchDashboard
-from .form import START_METHODS, PanelValues, launch_options, validate
+from .form import PanelValues, launch_options, validate
 from .hardware import Hardware
+from .sections import CONTROLS, DEEPSPEED_NOTE, FIELDS, SECTIONS, make_control, row_states
 
 __all__ = ["ConfigPanel"]
-
-_KIND_LABELS = {"cpu": "CPU", "gpu": "GPUs", "tpu": "TPU"}
-_SECTIONS: dict[str, tuple[tuple[str, str], ...]] = {
-    "Processes": (
-        ("num_processes", "Processes"),
-        ("mixed_precision", "Mixed precision"),
-        ("start_method", "Start method"),
-        ("gradient_accumulation_steps", "Grad. accumulation"),
-        ("max_restarts", "Restarts"),
-        ("display_ranks", "Rich output of ranks"),
-    ),
-    "Machines": (
-        ("num_machines", "Machines"),
-        ("machine_rank", "Machine rank"),
-        ("main_process_ip", "Main address"),
-        ("main_process_port", "Main port (0: free)"),
-        ("hosts", "Hosts (or slurm)"),
-        ("hosts_python", "Python on hosts"),
-        ("hosts_cwd", "Directory on hosts"),
-    ),
-    "FSDP": (
-        ("use_fsdp", "Use FSDP"),
-        ("fsdp_version", "Version"),
-        ("fsdp_sharding_strategy", "Sharding strategy"),
-        ("fsdp_reshard_after_forward", "Reshard after fwd"),
-        ("fsdp_auto_wrap_policy", "Wrap policy"),
-        ("fsdp_transformer_layer_cls_to_wrap", "Layer classes"),
-        ("fsdp_min_num_params", "Min. parameters"),
-        ("fsdp_offload_params", "CPU offload"),
-        ("fsdp_state_dict_type", "State dict type"),
-        ("fsdp_activation_checkpointing", "Act. checkpointing"),
-    ),
-}
-_FIELDS = ("device", *(name for rows in _SECTIONS.values() for name, _ in rows))
-_LABEL = {"layout": {"width": "150px"}}
-
-
-def _control(name: str, label: str, hardware: Hardware) -> widgets.Widget:
-    style = {"description_width": "150px"}
-    if name == "device":
-        options = [(_KIND_LABELS[k], k) for k in hardware.kinds]
-        return widgets.ToggleButtons(options=options, description="Hardware", style=style)
-    kind = {f.name: f.type for f in dataclasses.fields(PanelValues)}[name]
-    choices = {
-        "mixed_precision": hardware.precisions("cpu"),
-        "start_method": START_METHODS,
-        "fsdp_version": (1, 2),
-        "fsdp_sharding_strategy": SHARDING_STRATEGIES,
-        "fsdp_auto_wrap_policy": WRAP_POLICIES,
-        "fsdp_state_dict_type": STATE_DICT_TYPES,
-    }
-    if name in choices:
-        return widgets.Dropdown(options=list(choices[name]), description=label, style=style)
-    if kind == "bool":
-        return widgets.Checkbox(description=label, indent=True, style=style)
-    if kind == "int":
-        return widgets.IntText(description=label, style=style, layout={"width": "280px"})
-    return widgets.Text(description=label, style=style, layout={"width": "420px"})
 
 
 class ConfigPanel(widgets.VBox):
@@ -128,6 +69,14 @@ class ConfigPanel(widgets.VBox):
     fsdp_offload_params = traitlets.Bool(False)
     fsdp_state_dict_type = traitlets.Unicode("SHARDED_STATE_DICT")
     fsdp_activation_checkpointing = traitlets.Bool(False)
+    use_deepspeed = traitlets.Bool(False)
+    deepspeed_zero_stage = traitlets.Int(2)
+    deepspeed_offload_optimizer_device = traitlets.Unicode("none")
+    deepspeed_offload_optimizer_nvme_path = traitlets.Unicode("")
+    deepspeed_offload_param_device = traitlets.Unicode("none")
+    deepspeed_offload_param_nvme_path = traitlets.Unicode("")
+    deepspeed_config_file = traitlets.Unicode("", help="a DeepSpeed JSON config; '': none")
+    deepspeed_zero3_save_16bit_model = traitlets.Bool(False)
     errors = traitlets.Dict(help="field name -> what is wrong with it (empty: valid)")
     code = traitlets.Unicode("", help='the last "Show code" output')
 
@@ -147,13 +96,13 @@ class ConfigPanel(widgets.VBox):
         self._thread: threading.Thread | None = None
         self._syncing = False
         self.controls = {
-            name: _control(name, label, self.hardware)
+            name: make_control(name, label, self.hardware)
             for name, label in [
                 ("device", "Hardware"),
-                *(r for rows in _SECTIONS.values() for r in rows),
+                *(r for rows in SECTIONS.values() for r in rows),
             ]
         }
-        self.messages = {name: widgets.HTML("") for name in _FIELDS}
+        self.messages = {name: widgets.HTML("") for name in FIELDS}
         self.path_text = widgets.Text(
             value=str(path or write_location()),
             description="Config file",
@@ -183,15 +132,26 @@ class ConfigPanel(widgets.VBox):
     @property
     def values(self) -> PanelValues:
         """Every field, as plain values."""
-        return PanelValues(**{name: getattr(self, name) for name in _FIELDS})
+        return PanelValues(**{name: getattr(self, name) for name in FIELDS})
 
     @values.setter
     def values(self, new: PanelValues) -> None:
         self._precision_options(new.device, new.mixed_precision)
         with self.hold_trait_notifications():
-            for name in _FIELDS:
+            for name in FIELDS:
                 setattr(self, name, getattr(new, name))
         self._update()
+
+    @property
+    def sharding(self) -> str:
+        """The Sharding choice: ``none``, ``fsdp`` or ``deepspeed`` (sets ``use_fsdp`` and
+        ``use_deepspeed``)."""
+        return self.values.sharding
+
+    @sharding.setter
+    def sharding(self, choice: str) -> None:
+        with self.hold_trait_notifications():
+            self.use_fsdp, self.use_deepspeed = choice == "fsdp", choice == "deepspeed"
 
     @property
     def config(self) -> ConfigFile:
@@ -206,12 +166,15 @@ class ConfigPanel(widgets.VBox):
         """``notebook_launcher`` keyword arguments for the panel's settings."""
         return launch_options(self.values)
 
-    @traitlets.observe(*_FIELDS)
+    @traitlets.observe(*FIELDS)
     def _field_changed(self, change: dict[str, Any]) -> None:
         name, value = change["name"], change["new"]
         if name == "device":
             self._precision_options(value, self.mixed_precision)
-        control = self.controls[name]
+        control = self.controls.get(name)
+        if control is None:  # use_fsdp, use_deepspeed: the Sharding choice shows them
+            self._update()
+            return
         if isinstance(control, widgets.widget_selection._Selection):
             options = list(control.options)
             values = [o[1] if isinstance(o, tuple) else o for o in options]
@@ -250,31 +213,39 @@ class ConfigPanel(widgets.VBox):
             label.value = (
                 f"<span style='color:#c62828'>&#9888; {html.escape(text)}</span>" if text else ""
             )
-        shown = {
-            "fsdp_sharding_strategy": values.fsdp_version == 1,
-            "fsdp_reshard_after_forward": values.fsdp_version == 2,
-            "fsdp_transformer_layer_cls_to_wrap": values.fsdp_auto_wrap_policy
-            == "TRANSFORMER_BASED_WRAP",
-            "fsdp_min_num_params": values.fsdp_auto_wrap_policy == "SIZE_BASED_WRAP",
-            "fsdp_offload_params": values.device == "gpu" or values.fsdp_offload_params,
-        }
-        for name, _ in _SECTIONS["FSDP"][1:]:
-            visible = values.use_fsdp and shown.get(name, True)
-            self.rows[name].layout.display = None if visible else "none"
+        for name, (shown, enabled) in row_states(values).items():
+            self.rows[name].layout.display = None if shown else "none"
+            self.controls[name].disabled = not enabled
+        for title, chosen in (("FSDP", values.use_fsdp), ("DeepSpeed", values.use_deepspeed)):
+            self.titles[title].layout.display = None if chosen else "none"
+        choice = self.controls["sharding"]
+        if choice.value != values.sharding:
+            self._set_options(choice, list(choice.options), values.sharding)
         if "Launch" in self.buttons:
             busy = self._thread is not None and self._thread.is_alive()
             self.buttons["Launch"].disabled = bool(self.errors) or busy
 
     # -- layout --------------------------------------------------------------------------------
     def _layout(self) -> list[widgets.Widget]:
-        self.rows = {n: widgets.HBox([self.controls[n], self.messages[n]]) for n in _FIELDS}
+        shown_with = {"sharding": ("use_fsdp", "use_deepspeed")}  # the messages beside a control
+        self.rows = {
+            name: widgets.HBox(
+                [self.controls[name], *(self.messages[m] for m in shown_with.get(name, (name,)))]
+            )
+            for name in CONTROLS
+        }
+        note = f"<br><i>{html.escape(DEEPSPEED_NOTE)}</i>"
+        self.titles = {
+            title: widgets.HTML(f"<b>{title}</b>{note if title == 'DeepSpeed' else ''}")
+            for title in SECTIONS
+        }
         parts: list[widgets.Widget] = [
             widgets.HTML("<h3 style='margin:4px 0'>nbaccel config</h3>"),
             widgets.HTML(f"<b>Hardware found</b>: {html.escape(self.hardware.description)}"),
             self.rows["device"],
         ]
-        for title, rows in _SECTIONS.items():
-            parts.append(widgets.HTML(f"<b>{title}</b>"))
+        for title, rows in SECTIONS.items():
+            parts.append(self.titles[title])
             parts += [self.rows[name] for name, _ in rows]
         parts += [self.path_text, widgets.HBox(list(self.buttons.values())), self.status_text]
         parts.append(self.code_view)

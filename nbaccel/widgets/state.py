@@ -12,6 +12,7 @@ from typing import Any
 
 from ..environment import gpu_memory, process_rss
 from ..launch.events import (
+    EngineEvent,
     MemoryEvent,
     MetricsEvent,
     ProgressEvent,
@@ -21,12 +22,19 @@ from ..launch.events import (
 from ..launch.parent.errors import LaunchStopped
 from .memory import format_bytes
 
-__all__ = ["DashboardState", "RankView"]
+__all__ = ["DashboardState", "RankView", "engine_label"]
 
 MAX_LINES = 400
 # tqdm's text bar: "desc:  45%|####      | 45/100 [00:01<00:02, 30.1it/s]"
 _TQDM = re.compile(r"^(?:(?P<desc>.*?): )?\s*\d+%\|.*\|\s*(?P<n>\d+)/(?P<total>\d+) \[")
 _STATES = {"running": "running", "returned": "finished", "failed": "failed", "stopped": "stopped"}
+
+
+def engine_label(engine: str, stage: int | None) -> str:
+    """How the dashboard names a rank's training engine: ``DeepSpeed ZeRO-3``."""
+    if engine.lower() == "deepspeed":
+        return "DeepSpeed" if stage is None else f"DeepSpeed ZeRO-{stage}"
+    return engine if stage is None else f"{engine} stage {stage}"
 
 
 @dataclass
@@ -46,6 +54,7 @@ class RankView:
     rss: int | None = None
     gpu_memory: int | None = None
     host: str = ""  # the machine of hosts=[...] the rank runs on ("" on this one)
+    engine: str = ""  # the training engine its Accelerator runs ("DeepSpeed ZeRO-3"), if told
     lines: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_LINES))
     last_was_bar: bool = False
     _first: tuple[float, int] | None = None
@@ -128,6 +137,8 @@ class DashboardState:
             elif isinstance(event, TaskEvent):  # a worker pool's rank: its current cell
                 view.state = event.state
                 view.detail = event.label if event.state == "running" else ""
+            elif isinstance(event, EngineEvent):  # the rank's Accelerator was created
+                view.engine = engine_label(event.engine, event.stage)
             elif isinstance(event, MemoryEvent):  # a rank on another machine (hosts=)
                 view.rss = event.rss
                 if event.gpu_memory is not None:
@@ -223,11 +234,15 @@ class DashboardState:
         return (self.ended if self.ended is not None else self.clock()) - self.started
 
     def headline(self) -> str:
-        """One line: outcome, ranks and elapsed time (and, on several machines, which)."""
+        """One line: outcome, ranks (and the engine they run, once they said) and elapsed time
+        (and, on several machines, which)."""
         count = len(self.ranks)
         words = {"running": "Running", "finished": "Finished", "failed": "Failed"}
         word = words.get(self.outcome, self.outcome.capitalize())
-        line = f"{word}: {count} rank{'s' if count != 1 else ''}, {self.elapsed:.1f} s elapsed"
+        with self.lock:
+            engines = " / ".join(dict.fromkeys(v.engine for v in self.ranks.values() if v.engine))
+        ranks = f"{count} rank{'s' if count != 1 else ''}" + (f" ({engines})" if engines else "")
+        line = f"{word}: {ranks}, {self.elapsed:.1f} s elapsed"
         return f"{line}; {self.machines}" if self.machines else line
 
     def set_machines(self, node_rank: int, num_nodes: int, per_machine: int, fixed: bool) -> None:
