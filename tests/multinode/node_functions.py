@@ -88,3 +88,38 @@ def stall_on(rank: int) -> int:
         time.sleep(60)  # <- stalls
     _summed(1.0)
     return state.process_index
+
+
+def deepspeed_zero3() -> dict[str, Any]:
+    """ZeRO-3 through the Accelerator over both machines (4 ranks): a few AdamW steps on 4
+    samples per rank; rank 0 returns the gathered weights as lists."""
+    from nbaccel import Accelerator
+    from nbaccel.utils import DeepSpeedPlugin
+
+    acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=3))
+    data, model = deepspeed_problem()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loader = torch.utils.data.DataLoader(data, batch_size=4)
+    engine, optimizer, loader = acc.prepare(model, optimizer, loader)
+    for x, y in loader:
+        acc.backward(torch.nn.functional.mse_loss(engine(x), y))
+        optimizer.step()
+        optimizer.zero_grad()
+    weights = acc.get_state_dict(engine)
+    return {
+        "rank": acc.process_index,
+        "world": acc.num_processes,
+        "stage": engine.zero_optimization_stage(),
+        "weights": {k: v.tolist() for k, v in weights.items()},
+    }
+
+
+def deepspeed_problem() -> tuple[torch.utils.data.TensorDataset, torch.nn.Module]:
+    """The data and the model of :func:`deepspeed_zero3` (the test's reference uses them)."""
+    g = torch.Generator().manual_seed(0)
+    data = torch.utils.data.TensorDataset(
+        torch.randn(64, 8, generator=g), torch.randn(64, 1, generator=g)
+    )
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    return data, model

@@ -146,3 +146,38 @@ def test_single_machine_listens_on_loopback_only(
     listening, answers = _while_holding(bed, machines[:1], flags, [cell], 2)
     assert sorted(_results(answers[0])) == [0, 1]
     assert listening[0] and {a for a, _ in listening[0]} == {"127.0.0.1"}, listening[0]
+
+
+DEEPSPEED = """
+results = notebook_launcher(
+    nf.deepspeed_zero3, num_processes=2, num_nodes=2, node_rank={node},
+    master_addr='192.0.2.1', rendezvous_timeout=60, node_timeout=60,
+)
+print("RESULT " + json.dumps(results))
+"""
+
+
+def test_deepspeed_zero3_trains_over_two_machines_like_one_process(
+    machines: list[Machine],
+) -> None:
+    """Promise: DeepSpeed runs across machines as on one: 4 ranks, one ZeRO-3 engine whose
+    gathered weights equal one process training on the global batches of 16."""
+    import node_functions as nf
+    import torch
+
+    answers = run_both(machines, [DEEPSPEED.format(node=n) for n in (0, 1)], timeout=180)
+    results = [r for answer in answers for r in _results(answer)]
+    assert sorted(r["rank"] for r in results) == [0, 1, 2, 3]
+    assert all(r["world"] == 4 and r["stage"] == 3 for r in results)
+    assert all(r["weights"] == {} for r in results if r["rank"] != 0)
+    (gathered,) = [r["weights"] for r in results if r["rank"] == 0]
+    data, model = nf.deepspeed_problem()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for x, y in torch.utils.data.DataLoader(data, batch_size=16):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+    for key, value in model.state_dict().items():
+        worst = (torch.tensor(gathered[key]) - value).abs().max().item()
+        assert worst < 1e-6, (key, worst)

@@ -25,7 +25,8 @@ from nbaccel.utils import DeepSpeedPlugin
 
 def data(batch):
     g = torch.Generator().manual_seed(0)
-    rows = torch.utils.data.TensorDataset(torch.randn(32, 8, generator=g), torch.randn(32, 1, generator=g))
+    x, y = torch.randn(32, 8, generator=g), torch.randn(32, 1, generator=g)
+    rows = torch.utils.data.TensorDataset(x, y)
     return torch.utils.data.DataLoader(rows, batch_size=batch)
 
 def net():
@@ -49,7 +50,8 @@ REFERENCE = """
 import torch
 from torch import nn
 g = torch.Generator().manual_seed(0)
-rows = torch.utils.data.TensorDataset(torch.randn(32, 8, generator=g), torch.randn(32, 1, generator=g))
+x, y = torch.randn(32, 8, generator=g), torch.randn(32, 1, generator=g)
+rows = torch.utils.data.TensorDataset(x, y)
 torch.manual_seed(0)
 ref = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
 ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
@@ -102,5 +104,5 @@ def test_stopping_the_pool_leaves_no_rank(pool: Kernel) -> None:
     ranks = psutil.Process(pool.pid).children(recursive=True)
     assert ranks, "the pool has no ranks"
     pool.ok("%nbaccel stop")
-    gone, alive = psutil.wait_procs(ranks, timeout=30)
+    _, alive = psutil.wait_procs(ranks, timeout=30)
     assert not alive, [p.pid for p in alive]
