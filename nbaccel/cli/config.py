@@ -27,6 +27,7 @@ from ..config import (
     save_config_file,
     write_location,
 )
+from ..config.deepspeed import DEEPSPEED_KEYS, OFFLOAD_DEVICES, DeepSpeedConfig
 from ..config.fsdp import FSDP_KEYS
 from ..config.schema import DISTRIBUTED_TYPES, DYNAMO_KEYS, PRECISIONS, RDZV_BACKENDS
 from ..config.values import as_bool, as_choice, as_int, as_port, as_str
@@ -39,11 +40,16 @@ NAME = "config"
 SUMMARY = "write the config file (questions in a terminal, or flags)"
 
 _LIST_FIELDS = ("tpu_env", "tpu_vm")
-_NESTED = ("fsdp_config", "dynamo_config")
+_KEPT_TYPES = ("FSDP", "DEEPSPEED", "XLA")  # not derived from the process count
+_NESTED = ("fsdp_config", "deepspeed_config", "dynamo_config")
+# deepspeed_config's keys that have flags (gradient_accumulation_steps is a key of the file's
+# top level as well: its flag sets both under DeepSpeed, see config/resolve.py)
+_DEEPSPEED_FLAGS = tuple(k for k in DEEPSPEED_KEYS if k != "gradient_accumulation_steps")
 
 
 def add_field_flags(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
-    """A ``--KEY VALUE`` flag for every config key (``fsdp_*`` and ``dynamo_*`` included)."""
+    """A ``--KEY VALUE`` flag for every config key (``fsdp_*``, ``deepspeed_config``'s keys
+    and ``dynamo_*`` included)."""
     group = parser.add_argument_group("config keys (values are checked like the file's)")
     for name, text in field_help().items():
         if name in skip or name in _NESTED:
@@ -55,6 +61,10 @@ def add_field_flags(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ())
     for name, (_, text) in FSDP_KEYS.items():
         if name not in skip:
             group.add_argument(f"--{name}", default=argparse.SUPPRESS, metavar="VALUE", help=text)
+    for name in _DEEPSPEED_FLAGS:
+        if name not in skip:
+            text = f"deepspeed_config: {DEEPSPEED_KEYS[name][1]}"
+            group.add_argument(f"--{name}", default=argparse.SUPPRESS, metavar="VALUE", help=text)
     for name in DYNAMO_KEYS:
         if name not in skip:
             group.add_argument(
@@ -63,13 +73,17 @@ def add_field_flags(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ())
 
 
 def field_values(args: argparse.Namespace) -> dict[str, Any]:
-    """The config keys given as flags, with ``fsdp_*`` / ``dynamo_*`` nested as in the file."""
+    """The config keys given as flags, with ``fsdp_*``, DeepSpeed's and ``dynamo_*`` keys nested
+    as in the file."""
     given = {k: v for k, v in vars(args).items() if k in field_help() or k in FSDP_KEYS}
     given.update({k: v for k, v in vars(args).items() if k in DYNAMO_KEYS})
+    given.update({k: v for k, v in vars(args).items() if k in _DEEPSPEED_FLAGS})
     out: dict[str, Any] = {}
     for key, value in given.items():
         if key in FSDP_KEYS:
             out.setdefault("fsdp_config", {})[key] = value
+        elif key in _DEEPSPEED_FLAGS:
+            out.setdefault("deepspeed_config", {})[key] = value
         elif key in DYNAMO_KEYS:
             out.setdefault("dynamo_config", {})[key] = value
         else:
@@ -79,13 +93,17 @@ def field_values(args: argparse.Namespace) -> dict[str, Any]:
 
 def _apply(base: ConfigFile, changes: dict[str, Any]) -> ConfigFile:
     merged = base.to_dict()
+    kind = str(changes.get("distributed_type", "")).strip().upper()
+    other = {"FSDP": "deepspeed_config", "DEEPSPEED": "fsdp_config"}.get(kind)
+    if other is not None and other not in changes:  # the new kind sets the other's aside
+        merged.pop(other, None)
     for key in _NESTED:
         if key in changes:
-            merged[key] = {**merged[key], **changes.pop(key)}
+            merged[key] = {**merged.get(key, {}), **changes.pop(key)}
     merged.update(changes)
     try:
         config = ConfigFile(**merged)
-        if "distributed_type" in changes or config.distributed_type in ("FSDP", "XLA"):
+        if "distributed_type" in changes or config.distributed_type in _KEPT_TYPES:
             return config
         world = config.num_processes or 1
         kind = "NO" if world == 1 else ("MULTI_CPU" if config.use_cpu else "MULTI_GPU")
@@ -241,6 +259,8 @@ def questionnaire() -> ConfigFile:
     values["mixed_precision"] = _ask_precision(cpu)
     if kind == "FSDP":
         values["fsdp_config"] = _fsdp_questions()
+    elif kind == "DEEPSPEED":
+        values["deepspeed_config"] = _deepspeed_questions()
     values["debug"] = ask("Turn on the launcher's debug checks", as_bool, False)
     try:
         return dataclasses.replace(base, **values)
@@ -282,3 +302,33 @@ def _fsdp_questions() -> dict[str, Any]:
     state = FSDP_KEYS["fsdp_state_dict_type"][0]
     out["fsdp_state_dict_type"] = ask("State dict type", state, "SHARDED_STATE_DICT")
     return out
+
+
+def _deepspeed_questions() -> dict[str, Any]:
+    """The DeepSpeed questions: a JSON config file of DeepSpeed's own (it decides the rest), or
+    the ZeRO stage, the offloads that stage allows, and the 16-bit save of stage 3."""
+    out: dict[str, Any] = {}
+    if ask("Use a DeepSpeed JSON config file", as_bool, False):
+        out["deepspeed_config_file"] = ask("Path of the DeepSpeed JSON config file", _json, None)
+        return out
+    stage = ask("ZeRO stage (0, 1, 2 or 3)", DEEPSPEED_KEYS["zero_stage"][0], 2)
+    out["zero_stage"] = stage
+    devices = ", ".join(OFFLOAD_DEVICES)
+    parts = [("optimizer", "optimizer states")] if stage >= 1 else []
+    parts += [("param", "parameters")] if stage == 3 else []
+    for part, what in parts:
+        device = ask(f"Offload {what} to ({devices})", _choice(OFFLOAD_DEVICES), "none")
+        out[f"offload_{part}_device"] = device
+        if device == "nvme":
+            out[f"offload_{part}_nvme_path"] = ask(f"Folder for the {what} (nvme)", as_str, None)
+    if stage == 3:
+        out["zero3_save_16bit_model"] = ask(
+            "Gather the 16-bit weights when saving the model", as_bool, False
+        )
+    return out
+
+
+def _json(answer: str) -> str:
+    """A DeepSpeed JSON config file that exists and reads (asked again otherwise)."""
+    DeepSpeedConfig({"deepspeed_config_file": answer}).check_config_file()
+    return answer

@@ -24,6 +24,7 @@ import yaml
 
 from ..config import ResolvedLaunch, save_config_file
 from ..config.hosts import hosts_text, is_slurm
+from ..environment import deepspeed_launch_variables
 from ..launch.config import LaunchConfig
 from ..launch.parent.errors import WorkerError
 from ..launch.parent.notebook import notebook_launcher
@@ -61,10 +62,23 @@ def _describe(resolved: ResolvedLaunch) -> str:
     where = f"{resolved.path}" if resolved.path else "no config file"
     machines = "the SLURM job's nodes" if is_slurm(cfg.hosts) else f"{len(cfg.hosts)} host(s)"
     device = "cpu" if cfg.use_cpu else "the hosts' GPUs (cpu where they have none)"
+    deepspeed = ""
+    if cfg.distributed_type == "DEEPSPEED":
+        deepspeed = f", DeepSpeed ({cfg.deepspeed_config.describe()})"
     return (
         f"nbaccel launch: {resolved.processes_per_machine} process(es) x {machines} "
-        f"({hosts_text(cfg.hosts)}), {device}, mixed_precision={cfg.mixed_precision} ({where})"
+        f"({hosts_text(cfg.hosts)}){deepspeed}, {device}, mixed_precision={cfg.mixed_precision} "
+        f"({where})"
     )
+
+
+def _ranks_variables(resolved: ResolvedLaunch) -> dict[str, str] | None:
+    """The variables every rank gets besides the resolved file: DeepSpeed's settings (which
+    ``Accelerator()`` reads from Accelerate's variables), for a DEEPSPEED launch."""
+    cfg = resolved.config
+    if cfg.distributed_type != "DEEPSPEED":
+        return None
+    return deepspeed_launch_variables(cfg.deepspeed_config.launch_settings())
 
 
 def _ranks_config(resolved: ResolvedLaunch) -> str:
@@ -93,13 +107,13 @@ def run_on_hosts(
                 print(f"nbaccel launch: {exc}", file=sys.stderr)
                 return 2
             print(_describe(resolved), file=sys.stderr, flush=True)
-            return _launch(job)
+            return _launch(job, _ranks_variables(resolved))
 
 
-def _launch(job: ScriptJob) -> int:
+def _launch(job: ScriptJob, env: dict[str, str] | None) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        notebook_launcher(run_script, (job,))  # every setting from the resolved file
+        notebook_launcher(run_script, (job,), env=env)  # the rest from the resolved file
         return 0
     except KeyboardInterrupt as exc:
         signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT

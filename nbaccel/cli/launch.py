@@ -27,7 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, ResolvedLaunch, config_in_force, resolve_launch, save_config_file
-from ..environment import fsdp_launch_variables, gloo_socket_interface, user_thread_count
+from ..environment import (
+    deepspeed_launch_variables,
+    fsdp_launch_variables,
+    gloo_socket_interface,
+    user_thread_count,
+)
 from ..launch.nodes.meeting import gloo_interface
 from ..launch.nodes.netif import route_to
 from ..launch.parent.variables import temporary_environment
@@ -69,6 +74,11 @@ def add_launch_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu", action="store_true", default=None, help="run on the CPU")
     parser.add_argument("--debug", action="store_true", default=None, help="debug checks")
     parser.add_argument("--use_fsdp", action="store_true", help="distributed_type FSDP")
+    parser.add_argument(
+        "--use_deepspeed",
+        action="store_true",
+        help="distributed_type DEEPSPEED (with --zero_stage, --offload_optimizer_device, ...)",
+    )
     parser.add_argument("--max_restarts", type=int, default=None, help="restarts after a failure")
     parser.add_argument(
         "--monitor_interval", type=float, default=None, help="seconds between process checks"
@@ -93,8 +103,15 @@ def resolve_from_args(args: argparse.Namespace) -> ResolvedLaunch:
     explicit["debug"] = args.debug
     explicit["max_restarts"] = args.max_restarts
     explicit["monitor_interval"] = args.monitor_interval
+    if args.use_fsdp and args.use_deepspeed:
+        raise ConfigError(
+            "--use_fsdp and --use_deepspeed both given; a run shards with one of them, so keep "
+            "one flag."
+        )
     if args.use_fsdp:
         explicit["distributed_type"] = "FSDP"
+    if args.use_deepspeed:
+        explicit["distributed_type"] = "DEEPSPEED"
     loaded = config_in_force(args.config_file, report=_note)
     return resolve_launch(explicit, loaded)
 
@@ -165,6 +182,8 @@ def _child_environment(resolved: ResolvedLaunch, config_path: Path) -> dict[str,
         env["NBACCEL_DEBUG_MODE"] = "1"
     if cfg.distributed_type == "FSDP":
         env.update(fsdp_launch_variables(cfg.fsdp_config.for_processes(resolved.cpu)))
+    if cfg.distributed_type == "DEEPSPEED":  # Accelerate's variables; Accelerator() reads them
+        env.update(deepspeed_launch_variables(cfg.deepspeed_config.launch_settings()))
     if cfg.gpu_ids not in (None, "all") and not resolved.cpu:
         env["CUDA_VISIBLE_DEVICES"] = str(cfg.gpu_ids)
     if cfg.distributed_type == "XLA" and cfg.downcast_bf16 and cfg.mixed_precision == "bf16":
@@ -183,11 +202,15 @@ def _child_environment(resolved: ResolvedLaunch, config_path: Path) -> dict[str,
 def _strategy(resolved: ResolvedLaunch) -> str:
     """What the processes' ``Accelerator()`` will run, as the banner says it."""
     cfg = resolved.config
-    if cfg.distributed_type != "FSDP":
+    if cfg.distributed_type not in ("FSDP", "DEEPSPEED"):
         return cfg.distributed_type
+    name = "FSDP" if cfg.distributed_type == "FSDP" else "DeepSpeed"
     if resolved.world_size == 1 and resolved.max_restarts == 0:  # not launched: _run_one
-        return "NO (FSDP asked for, but one process on its own trains unsharded)"
-    return f"FSDP ({cfg.fsdp_config.describe(resolved.cpu)})"
+        how = "unsharded" if name == "FSDP" else "without DeepSpeed"
+        return f"NO ({name} asked for, but one process on its own trains {how})"
+    if name == "FSDP":
+        return f"FSDP ({cfg.fsdp_config.describe(resolved.cpu)})"
+    return f"DeepSpeed ({cfg.deepspeed_config.describe()})"
 
 
 def _describe(resolved: ResolvedLaunch) -> str:

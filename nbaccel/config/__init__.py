@@ -4,6 +4,7 @@ Explicit argument > config file > default, for ``nbaccel launch``, ``notebook_la
 and ``Accelerator()`` alike. See ``docs/cli.md`` for every key.
 """
 
+from .deepspeed import DeepSpeedConfig
 from .files import (
     ConfigKeysIgnoredWarning,
     LoadedConfig,
@@ -30,6 +31,7 @@ __all__ = [
     "ConfigError",
     "ConfigFile",
     "ConfigKeysIgnoredWarning",
+    "DeepSpeedConfig",
     "FsdpConfig",
     "LoadedConfig",
     "ResolvedLaunch",

@@ -79,7 +79,7 @@ def load_config_file(
     Raises:
         ConfigError: the file is missing or unreadable, a key is unknown (the message names
             the key that was probably meant), a value is bad, or the file asks for something
-            nbaccel does not support (``distributed_type: DEEPSPEED``).
+            nbaccel does not support (``distributed_type: MEGATRON_LM``).
     """
     file = Path(path).expanduser()
     if not file.is_file():

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..environment import cuda_device_count
 from ..plugins import TorchDynamoPlugin
+from .deepspeed import DeepSpeedConfig
 from .files import LoadedConfig, config_in_force
 from .fsdp import FsdpConfig
 from .schema import DEFAULT_STALL_TIMEOUT, ConfigFile
@@ -80,15 +81,17 @@ def resolve_launch(explicit: Mapping[str, Any], loaded: LoadedConfig | None) -> 
     """Resolve the launcher's settings (explicit values are not None).
 
     ``explicit`` uses the file's key names, except that ``num_processes`` is per machine (the
-    launcher's meaning) and ``fsdp_*`` keys are merged into the file's ``fsdp_config``;
-    ``monitor_interval`` is launcher-only (``max_restarts`` is a key of the file too).
+    launcher's meaning), ``fsdp_*`` keys are merged into the file's ``fsdp_config`` and the
+    mapping ``deepspeed_config`` into the file's ``deepspeed_config``; ``monitor_interval`` is
+    launcher-only (``max_restarts`` is a key of the file too). A ``distributed_type`` given
+    (``--use_fsdp``, ``--use_deepspeed``) sets the file's section of the other one aside.
 
     Raises:
         ConfigError: naming the setting whose value is wrong.
     """
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    skip = {"num_processes", "fsdp_config", "distributed_type"}
+    skip = {"num_processes", "fsdp_config", "deepspeed_config", "distributed_type"}
     for field in dataclasses.fields(ConfigFile):
         if field.name not in skip:
             values[field.name], sources[field.name] = _pick(field.name, explicit, loaded)
@@ -100,18 +103,25 @@ def resolve_launch(explicit: Mapping[str, Any], loaded: LoadedConfig | None) -> 
         per, sources["num_processes"] = loaded.config.processes_per_machine, FILE
     if per is None:  # with hosts: one on each (their GPUs are not known here)
         per, sources["num_processes"] = (1 if cpu or _names_hosts(values) else gpus), DEFAULT
-    fsdp = dict(loaded.config.fsdp_config.values) if loaded is not None else {}
+    kind, sources["distributed_type"] = _pick("distributed_type", explicit, loaded)
+    chosen = str(explicit.get("distributed_type") or "").strip().upper()
+    fsdp = _file_section(loaded, "fsdp_config", chosen != "DEEPSPEED")
     fsdp.update({k: v for k, v in explicit.items() if k.startswith("fsdp_") and v is not None})
     sources["fsdp_config"] = ARGUMENT if any(k.startswith("fsdp_") for k in explicit) else FILE
+    deepspeed = _deepspeed_section(explicit, loaded, str(kind).strip().upper(), chosen)
+    sources["deepspeed_config"] = ARGUMENT if explicit.get("deepspeed_config") else FILE
+    source = "launch settings (command line and config file)"
     try:
         values["fsdp_config"] = FsdpConfig(fsdp)
+        values["deepspeed_config"] = _deepspeed_config(deepspeed)
         machines = ConfigFile(num_machines=values["num_machines"]).num_machines
         values["num_processes"] = int(per) * machines
-        kind, sources["distributed_type"] = _pick("distributed_type", explicit, loaded)
         config = ConfigFile(**values, distributed_type=kind)
+        if config.distributed_type == "DEEPSPEED":
+            _check_deepspeed_file(config)
     except ValueProblem as problem:
-        raise problem.error("launch settings (command line and config file)") from None
-    if config.distributed_type not in ("FSDP", "XLA"):
+        raise problem.error(source) from None
+    if config.distributed_type not in ("FSDP", "DEEPSPEED", "XLA"):
         world = config.num_processes or 1
         derived = "NO" if world == 1 else ("MULTI_CPU" if cpu else "MULTI_GPU")
         if derived != config.distributed_type:
@@ -130,6 +140,49 @@ def resolve_launch(explicit: Mapping[str, Any], loaded: LoadedConfig | None) -> 
         sources=sources,
         path=loaded.path if loaded is not None else None,
     )
+
+
+def _file_section(loaded: LoadedConfig | None, name: str, keep: bool) -> dict[str, Any]:
+    """The file's ``fsdp_config`` or ``deepspeed_config`` values, unless set aside."""
+    if loaded is None or not keep:
+        return {}
+    return dict(getattr(loaded.config, name).values)
+
+
+def _deepspeed_section(
+    explicit: Mapping[str, Any], loaded: LoadedConfig | None, kind: str, chosen: str
+) -> dict[str, Any]:
+    """The file's ``deepspeed_config`` with the command line's keys over it; the command line's
+    ``gradient_accumulation_steps`` is DeepSpeed's too (as in ``accelerate launch``)."""
+    given = {k: v for k, v in (explicit.get("deepspeed_config") or {}).items() if v is not None}
+    if given and kind != "DEEPSPEED":
+        flags = ", ".join(f"--{key}" for key in sorted(given))
+        raise ConfigError(
+            f"{flags}: DeepSpeed settings, but distributed_type is {kind}; add "
+            "--use_deepspeed (or set distributed_type: DEEPSPEED in the config file), or leave "
+            "them out."
+        )
+    section = _file_section(loaded, "deepspeed_config", chosen != "FSDP")
+    section.update(given)
+    steps = explicit.get("gradient_accumulation_steps")
+    if kind == "DEEPSPEED" and steps is not None:
+        section["gradient_accumulation_steps"] = steps
+    return section
+
+
+def _deepspeed_config(section: Mapping[str, Any]) -> DeepSpeedConfig:
+    try:
+        return DeepSpeedConfig(section)
+    except ValueProblem as problem:  # named as in the file: deepspeed_config.zero_stage
+        raise problem.at("deepspeed_config") from None
+
+
+def _check_deepspeed_file(config: ConfigFile) -> None:
+    """The DeepSpeed JSON file a DEEPSPEED launch names: checked before anything starts."""
+    try:
+        config.deepspeed_config.check_config_file()
+    except ValueProblem as problem:
+        raise problem.at("deepspeed_config") from None
 
 
 def _names_hosts(values: Mapping[str, Any]) -> bool:
@@ -184,8 +237,13 @@ def launcher_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     file is used as if it had been passed); ``cpu`` and ``debug`` from ``use_cpu`` / ``debug``;
     ``max_restarts``, ``start_method`` and ``on_stall`` from the keys of those names;
     ``stall_timeout`` from its key when the argument was left at its default (the file may
-    say ``null``: no watch); ``fsdp_config`` (the file's, for ``distributed_type: FSDP``) is
-    handed to the workers. With no config file the arguments come back unchanged.
+    say ``null``: no watch); ``fsdp_config`` (the file's, for ``distributed_type: FSDP``) and
+    ``deepspeed_config`` (the file's, for ``distributed_type: DEEPSPEED``, its JSON file
+    checked here) are handed to the workers. With no config file the arguments come back
+    unchanged.
+
+    Raises:
+        ConfigError: the file is invalid, or names a DeepSpeed JSON file that is not usable.
     """
     loaded = config_in_force()
     out = dict(kwargs)
@@ -203,6 +261,7 @@ def launcher_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:
         "max_restarts": cfg.max_restarts if "max_restarts" in loaded.keys else None,
         "start_method": cfg.start_method if "start_method" in loaded.keys else None,
         "fsdp_config": cfg.fsdp_config.to_dict() if cfg.distributed_type == "FSDP" else None,
+        "deepspeed_config": _deepspeed_for_launcher(loaded),
         "display_ranks": cfg.display_ranks if "display_ranks" in loaded.keys else None,
         "on_stall": cfg.on_stall if "on_stall" in loaded.keys else None,
     }
@@ -212,6 +271,16 @@ def launcher_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     if out.get("stall_timeout") is DEFAULT_STALL_TIMEOUT and "stall_timeout" in loaded.keys:
         out["stall_timeout"] = cfg.stall_timeout
     return out
+
+
+def _deepspeed_for_launcher(loaded: LoadedConfig) -> dict[str, Any] | None:
+    if loaded.config.distributed_type != "DEEPSPEED":
+        return None
+    try:
+        _check_deepspeed_file(loaded.config)
+    except ValueProblem as problem:
+        raise problem.error(str(loaded.path)) from None
+    return loaded.config.deepspeed_config.to_dict()
 
 
 def configured_precision() -> str | None:

@@ -1,8 +1,10 @@
 """The config file's schema: every key Accelerate's file has, validated on construction.
 
 :class:`ConfigFile` holds the keys nbaccel understands (each documented in ``docs/cli.md``).
-Keys that Accelerate writes but nbaccel does not act on (``deepspeed_config`` ...) are
-accepted and reported; a key neither knows is an error that names the key meant.
+Keys that Accelerate writes but nbaccel does not act on (``megatron_lm_config`` ...) are
+accepted and reported, and so is a ``deepspeed_config`` section of a file whose
+``distributed_type`` is not ``DEEPSPEED``; a key neither knows is an error that names the key
+meant.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..enums import PRECISIONS, DynamoBackend
+from .deepspeed import DeepSpeedConfig, as_deepspeed_config, check_one_sharding, ignored_keys
 from .fsdp import FsdpConfig
 from .hosts import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -47,9 +50,8 @@ __all__ = [
     "parse_mapping",
 ]
 
-DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU", "FSDP", "XLA")
+DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU", "FSDP", "DEEPSPEED", "XLA")
 _UNSUPPORTED_TYPES = (
-    "DEEPSPEED",
     "MEGATRON_LM",
     "MULTI_XPU",
     "MULTI_NPU",
@@ -81,7 +83,6 @@ NBACCEL_KEYS = {
 }
 # Keys of Accelerate's files that nbaccel accepts and does not act on.
 IGNORED_KEYS = (
-    "deepspeed_config",
     "megatron_lm_config",
     "ipex_config",
     "mpirun_config",
@@ -123,7 +124,7 @@ def _distributed_type(value: Any) -> str:
     if text in _UNSUPPORTED_TYPES:
         raise ValueProblem(
             f"asks for {text}, which nbaccel does not support; use one of "
-            f"{', '.join(DISTRIBUTED_TYPES)} (FSDP for sharded training)"
+            f"{', '.join(DISTRIBUTED_TYPES)} (FSDP or DEEPSPEED for sharded training)"
         )
     return as_choice(text, DISTRIBUTED_TYPES)
 
@@ -209,7 +210,7 @@ class ConfigFile:
 
     compute_environment: str = _f("LOCAL_MACHINE", _compute_environment, "LOCAL_MACHINE")
     distributed_type: str = _f(
-        "NO", _distributed_type, "NO, MULTI_CPU, MULTI_GPU, FSDP or XLA (TPU)"
+        "NO", _distributed_type, "NO, MULTI_CPU, MULTI_GPU, FSDP, DEEPSPEED or XLA (TPU)"
     )
     mixed_precision: str = _f(
         "no", lambda v: as_choice(str(v), PRECISIONS), "no, fp16, bf16 or fp8"
@@ -237,6 +238,10 @@ class ConfigFile:
     fsdp_config: FsdpConfig = dataclasses.field(
         default_factory=FsdpConfig, metadata=_meta(_fsdp, "FSDP settings (see to-fsdp2)")
     )
+    deepspeed_config: DeepSpeedConfig = dataclasses.field(
+        default_factory=DeepSpeedConfig,
+        metadata=_meta(as_deepspeed_config, "DeepSpeed settings (with distributed_type DEEPSPEED)"),
+    )
     dynamo_config: dict[str, Any] = dataclasses.field(
         default_factory=dict, metadata=_meta(_dynamo, "torch.compile settings")
     )
@@ -253,7 +258,8 @@ class ConfigFile:
     gradient_accumulation_steps: int = _f(
         1,
         lambda v: as_int(v, minimum=1),
-        "batches per optimizer step: Accelerator()'s default (1: no accumulation)",
+        "batches per optimizer step: Accelerator()'s default (1: no accumulation); "
+        "DeepSpeed's too in a DEEPSPEED launch",
     )
     hosts: list[str] | str | None = dataclasses.field(
         default=None,
@@ -325,6 +331,7 @@ class ConfigFile:
             )
         if self.hosts is not None:
             check_file_hosts(self.num_machines, self.machine_rank)
+        check_one_sharding(self.distributed_type, self.fsdp_config.values, self.deepspeed_config)
 
     @property
     def processes_per_machine(self) -> int | None:
@@ -345,7 +352,9 @@ class ConfigFile:
             value = getattr(self, field.name)
             if field.name in NBACCEL_KEYS and value == NBACCEL_KEYS[field.name]:
                 continue  # an nbaccel-only key at its default is left out
-            if isinstance(value, FsdpConfig):
+            if isinstance(value, (FsdpConfig, DeepSpeedConfig)):
+                if isinstance(value, DeepSpeedConfig) and not value.values:
+                    continue  # written when it says something (Accelerate reads it absent)
                 value = value.to_dict()
             out[field.name] = value
         return out
@@ -373,6 +382,8 @@ def parse_mapping(data: Any) -> tuple[ConfigFile, list[str]]:
         key = str(key)
         if key in known:
             kwargs[key] = value
+            if key == "deepspeed_config":
+                ignored.append(key)  # provisional: kept, or its own ignored keys (below)
         elif key in IGNORED_KEYS:
             if value not in (None, {}, [], False, "", "NO", "no"):
                 ignored.append(key)
@@ -382,4 +393,5 @@ def parse_mapping(data: Any) -> tuple[ConfigFile, list[str]]:
                 key=key,
                 known=(*known, *IGNORED_KEYS),
             )
-    return ConfigFile(**kwargs), ignored
+    config = ConfigFile(**kwargs)
+    return config, ignored_keys(ignored, config.distributed_type, config.deepspeed_config)

@@ -6,8 +6,8 @@ from typing import Any
 
 __all__ = ["OFFLOAD_DEVICES", "STAGES", "as_bool", "as_int", "check_offload_device", "check_stage"]
 
-STAGES = (0, 1, 2, 3)
-OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+from ..config.deepspeed import OFFLOAD_DEVICES
+from ..config.deepspeed import ZERO_STAGES as STAGES
 
 
 def as_bool(name: str, value: Any) -> bool:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config.deepspeed import OFFLOAD_LOWEST_STAGE, offload_problem
 from ..environment import read_deepspeed_launch
 from .checks import as_bool, as_int, check_offload_device, check_stage
 from .hfconfig import HfDeepSpeedConfig
@@ -155,23 +156,15 @@ class DeepSpeedPlugin:
     def _check_config(self) -> None:
         """The rules of the config as a whole, after the plugin's fields went into it."""
         stage = check_stage(self.get_value("zero_optimization.stage", 0), "zero_optimization.stage")
-        for part, lowest in (("offload_optimizer", 1), ("offload_param", 3)):
+        for part in OFFLOAD_LOWEST_STAGE:
             device = check_offload_device(
-                f"zero_optimization.{part}.device",
-                self.get_value(f"zero_optimization.{part}.device", "none"),
+                f"zero_optimization.offload_{part}.device",
+                self.get_value(f"zero_optimization.offload_{part}.device", "none"),
             )
-            if device != "none" and stage < lowest:
-                needs = "stage 3" if lowest == 3 else "a ZeRO stage of 1 or more"
-                raise ValueError(
-                    f"DeepSpeed: zero_optimization.{part}.device={device!r} needs {needs}, but "
-                    f"zero_stage is {stage}; raise zero_stage or set the device to 'none'."
-                )
-            path = self.get_value(f"zero_optimization.{part}.nvme_path")
-            if device == "nvme" and path in (None, "none", ""):
-                raise ValueError(
-                    f"DeepSpeed: {part}_device='nvme' needs {part}_nvme_path, a folder on a "
-                    "fast local disk."
-                )
+            path = self.get_value(f"zero_optimization.offload_{part}.nvme_path")
+            problem = offload_problem(part, device, stage, path)
+            if problem is not None:
+                raise ValueError(f"DeepSpeed: {problem[1]}.")
 
     # -- building the config -----------------------------------------------------------------
     def _write_config(self) -> None:

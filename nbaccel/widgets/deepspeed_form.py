@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..config.deepspeed import OFFLOAD_LOWEST_STAGE, offload_problem
 from ..deepspeed.checks import OFFLOAD_DEVICES, STAGES, check_offload_device, check_stage
 from ..deepspeed.plugin import DeepSpeedPlugin
 
@@ -29,8 +30,6 @@ __all__ = [
 
 # the panel's Sharding choice
 SHARDINGS = ("none", "fsdp", "deepspeed")
-# what each part offloads, and the lowest ZeRO stage that shards it (the plugin's rule)
-_PARTS = (("optimizer", "the optimizer states", 1), ("param", "the parameters", 3))
 
 
 class DeepSpeedValues(Protocol):
@@ -69,7 +68,7 @@ def plugin_arguments(values: DeepSpeedValues) -> dict[str, Any]:
     if v.deepspeed_config_file.strip():
         return {"hf_ds_config": v.deepspeed_config_file.strip()}
     out: dict[str, Any] = {"zero_stage": v.deepspeed_zero_stage}
-    for part, _, _ in _PARTS:
+    for part in OFFLOAD_LOWEST_STAGE:
         device = getattr(v, f"deepspeed_offload_{part}_device")
         out[f"offload_{part}_device"] = device
         if device == "nvme":
@@ -110,22 +109,18 @@ def _field_problems(v: DeepSpeedValues) -> dict[str, str]:
         stage = check_stage(v.deepspeed_zero_stage)
     except ValueError as exc:
         out["deepspeed_zero_stage"] = str(exc)
-    for part, what, lowest in _PARTS:
+    for part in OFFLOAD_LOWEST_STAGE:
         field, name = f"deepspeed_offload_{part}_device", f"offload_{part}_device"
         try:
             device = check_offload_device(name, getattr(v, field))
         except ValueError as exc:
             out[field] = str(exc)
             continue
-        if device != "none" and stage is not None and stage < lowest:
-            needs = "ZeRO stage 3" if lowest == 3 else "a ZeRO stage of 1 or more"
-            out[field] = (
-                f"offloading {what} needs {needs}, and the stage is {stage}: raise the stage "
-                "or offload to none"
-            )
         folder = f"deepspeed_offload_{part}_nvme_path"
-        if device == "nvme" and not getattr(v, folder).strip():
-            out[folder] = f"{name}='nvme' needs a folder on a fast local disk"
+        problem = offload_problem(part, device, 3 if stage is None else stage, getattr(v, folder))
+        if problem is not None:
+            key, why = problem
+            out[f"deepspeed_{key}"] = why
     return out
 
 

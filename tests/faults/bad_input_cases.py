@@ -368,7 +368,7 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
     # the config file (written by the test as cfg.yaml)
     ("file-unknown-key", ["launch", "--config_file", "typo.yaml", "s.py"], "mixed_precison"),
     ("file-bad-value", ["launch", "--config_file", "negative.yaml", "s.py"], "num_processes"),
-    ("file-unsupported", ["launch", "--config_file", "deepspeed.yaml", "s.py"], "distributed_type"),
+    ("file-unsupported", ["launch", "--config_file", "megatron.yaml", "s.py"], "distributed_type"),
     ("file-broken-yaml", ["launch", "--config_file", "broken.yaml", "s.py"], "broken.yaml"),
     ("file-missing", ["launch", "--config_file", "missing.yaml", "s.py"], "missing.yaml"),
     ("test-file-unknown-key", ["test", "--config_file", "typo.yaml"], "mixed_precison"),
@@ -384,7 +384,7 @@ CLI_BUGS: dict[str, str] = {}
 CONFIG_FILES: dict[str, str] = {
     "typo.yaml": "mixed_precison: bf16\n",
     "negative.yaml": "num_processes: -3\n",
-    "deepspeed.yaml": "distributed_type: DEEPSPEED\n",
+    "megatron.yaml": "distributed_type: MEGATRON_LM\n",
     "broken.yaml": "mixed_precision: [1\n",
 }
 
@@ -392,6 +392,6 @@ CONFIG_FILES: dict[str, str] = {
 FILE_CASES: list[tuple[str, str, str]] = [
     ("launcher-unknown-key", "typo.yaml", "mixed_precison"),
     ("launcher-bad-value", "negative.yaml", "num_processes"),
-    ("launcher-unsupported", "deepspeed.yaml", "distributed_type"),
+    ("launcher-unsupported", "megatron.yaml", "distributed_type"),
     ("launcher-broken-yaml", "broken.yaml", "broken.yaml"),
 ]

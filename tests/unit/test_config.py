@@ -71,8 +71,8 @@ def test_an_accelerate_file_with_deepspeed_config_loads_and_is_reported_once(
 
 
 def test_unsupported_distributed_type_is_an_error_naming_key_and_file(tmp_path: Path) -> None:
-    path = _write(tmp_path / "ds.yaml", GUIDE_YAML.replace("FSDP", "DEEPSPEED"))
-    with pytest.raises(ConfigError, match=r"ds\.yaml: key 'distributed_type' asks for DEEPSPEED"):
+    path = _write(tmp_path / "mlm.yaml", GUIDE_YAML.replace("FSDP", "MEGATRON_LM"))
+    with pytest.raises(ConfigError, match=r"mlm\.yaml: key 'distributed_type' asks for MEGATRON"):
         load_config_file(path)
 
 

@@ -26,7 +26,7 @@ from tests.support.deepspeed_configs import TEMPLATES, template
         ({"offload_optimizer_device": "gpu"}, r"offload_optimizer_device='gpu'\) is not an"),
         (
             {"zero_stage": 2, "offload_param_device": "cpu"},
-            "offload_param.device='cpu' needs stage 3",
+            "offload_param_device='cpu' needs ZeRO stage 3",
         ),
         ({"zero_stage": 0, "offload_optimizer_device": "cpu"}, "needs a ZeRO stage of 1 or more"),
         ({"offload_optimizer_device": "nvme"}, "needs offload_optimizer_nvme_path"),

@@ -91,7 +91,10 @@ def test_stage_3_fields_are_enabled_only_for_stage_3_and_nvme_asks_for_its_folde
     assert not param.disabled and not save16.disabled
     param.value = "nvme"
     assert _shown(panel, "deepspeed_offload_param_nvme_path")
-    assert "needs a folder" in panel.errors["deepspeed_offload_param_nvme_path"]
+    assert (
+        "needs offload_param_nvme_path, a folder"
+        in panel.errors["deepspeed_offload_param_nvme_path"]
+    )
     panel.controls["deepspeed_offload_param_nvme_path"].value = "/local_nvme"
     assert panel.errors == {}
     stage.value = 2  # the offload is kept, enabled so that it can be undone, and refused
@@ -115,22 +118,22 @@ def _config_file(tmp_path: Path, config: dict[str, Any]) -> str:
         (
             {"deepspeed_offload_param_device": "cpu"},
             "deepspeed_offload_param_device",
-            "offloading the parameters needs ZeRO stage 3, and the stage is 2",
+            "offload_param_device='cpu' needs ZeRO stage 3, but the ZeRO stage is 2",
         ),
         (
             {"deepspeed_zero_stage": 0, "deepspeed_offload_optimizer_device": "cpu"},
             "deepspeed_offload_optimizer_device",
-            "needs a ZeRO stage of 1 or more, and the stage is 0",
+            "needs a ZeRO stage of 1 or more, but the ZeRO stage is 0",
         ),
         (
             {"deepspeed_offload_optimizer_device": "nvme"},
             "deepspeed_offload_optimizer_nvme_path",
-            "offload_optimizer_device='nvme' needs a folder on a fast local disk",
+            "offload_optimizer_device='nvme' needs offload_optimizer_nvme_path, a folder",
         ),
         (
             {"deepspeed_zero_stage": 3, "deepspeed_offload_param_device": "nvme"},
             "deepspeed_offload_param_nvme_path",
-            "offload_param_device='nvme' needs a folder",
+            "offload_param_device='nvme' needs offload_param_nvme_path, a folder",
         ),
         ({"deepspeed_zero_stage": 5}, "deepspeed_zero_stage", "is not a ZeRO stage"),
         (
@@ -187,7 +190,7 @@ def test_a_json_config_replaces_the_other_fields_and_is_checked_by_the_plugin(
         assert panel.controls[name].disabled == (name != "deepspeed_config_file")
     offloaded = {"stage": 1, "offload_param": {"device": "cpu"}}
     panel.deepspeed_config_file = _config_file(tmp_path, {"zero_optimization": offloaded})
-    assert "needs stage 3, but zero_stage is 1" in panel.errors["deepspeed_config_file"]
+    assert "needs ZeRO stage 3, but the ZeRO stage is 1" in panel.errors["deepspeed_config_file"]
     offloaded["stage"] = 3
     panel.deepspeed_config_file = _config_file(tmp_path, {"zero_optimization": offloaded})
     assert panel.errors == {} and not panel.buttons["Launch"].disabled
