@@ -126,6 +126,7 @@ class LaunchConfig:
     accelerator: str = "cpu"
     debug: bool = False
     fsdp_config: dict[str, Any] | None = None
+    deepspeed_config: dict[str, Any] | None = None  # the config file's deepspeed_config
     display_ranks: tuple[int, ...] | None = (0,)  # None: every rank
     hosts: HostsSettings | None = None  # hosts=[...]: machines this notebook starts over SSH
     stall_timeout: float | None = float(DEFAULT_STALL_TIMEOUT)  # None: no watch over the ranks
@@ -178,6 +179,7 @@ class LaunchConfig:
                 "or pass cpu=True to run the processes on the CPU."
             )
         fsdp_config = kwargs.pop("fsdp_config", None)  # the config file's, validated there
+        deepspeed_config = kwargs.pop("deepspeed_config", None)  # likewise
         debug = kwargs.pop("debug", None)
         if debug is not None and not isinstance(debug, bool):
             raise TypeError(f"debug must be True, False or None, got {debug!r}.")
@@ -186,6 +188,7 @@ class LaunchConfig:
             accelerator=accelerator,
             debug=debug_mode_requested() if debug is None else debug,
             fsdp_config=fsdp_config,
+            deepspeed_config=deepspeed_config,
             hosts=hosts,
             **cls._checked(kwargs),
         )

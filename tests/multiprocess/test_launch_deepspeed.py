@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -149,3 +150,37 @@ def test_an_accelerate_deepspeed_config_file(tmp_path: Path) -> None:
         assert seen["engine_clipping"] == 0.5  # the file's gradient_clipping
         assert seen["accumulation"] == 2  # the file's DeepSpeed gradient_accumulation_steps
         assert math.isfinite(seen["loss"])
+
+
+def test_a_deepspeed_config_file_in_force_reaches_notebook_launcher(tmp_path: Path) -> None:
+    """The default config file says DEEPSPEED: a function launched with notebook_launcher
+    builds a plain Accelerator() and gets DeepSpeed's engine, stage and clipping from it."""
+    (tmp_path / "out").mkdir()
+    default = tmp_path / ".cache" / "nbaccel" / "default_config.yaml"
+    default.parent.mkdir(parents=True)
+    default.write_text(CONFIG)
+    (tmp_path / "script.py").write_text(SCRIPT)
+    code = (
+        "import runpy, sys\n"
+        "from nbaccel import notebook_launcher\n"
+        "def run(out):\n"
+        "    sys.argv = ['script.py', out]\n"
+        "    runpy.run_path('script.py')\n"
+        "notebook_launcher(run, (sys.argv[1],), start_method='fork', timeout=120)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "out")],
+        cwd=tmp_path,
+        env=h.cli_environ(tmp_path, TORCH_EXTENSIONS_DIR=_extensions()),
+        capture_output=True,
+        text=True,
+        timeout=h.TIMEOUT_S,
+    )
+    assert done.returncode == 0, h.detail(done)
+    assert "DeepSpeed (ZeRO stage 1)" in done.stdout + done.stderr, h.detail(done)
+    records = [json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("rank*.json"))]
+    assert len(records) == 2, h.detail(done)
+    for seen in records:
+        assert seen["distributed_type"] == "DEEPSPEED" and seen["engine_stage"] == 1
+        assert seen["model_class"] == "DeepSpeedEngine" and seen["engine_clipping"] == 0.5
+        assert seen["accumulation"] == 2

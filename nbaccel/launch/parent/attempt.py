@@ -10,6 +10,7 @@ from typing import Any
 
 import cloudpickle
 
+from ...config.deepspeed import DeepSpeedConfig
 from ...config.fsdp import FsdpConfig
 from ...environment import hardware_description
 from ..config import LaunchConfig
@@ -48,6 +49,8 @@ def banner(config: LaunchConfig, method: str, verb: str = "Launching") -> str:
     count = config.num_processes
     if config.fsdp_config is not None:
         precision += f", FSDP ({FsdpConfig(config.fsdp_config).describe(config.cpu)})"
+    if config.deepspeed_config is not None:
+        precision += f", DeepSpeed ({DeepSpeedConfig(config.deepspeed_config).describe()})"
     return f"{verb} {count} processes on {where}{nodes} with {method} ({backend}){precision}."
 
 

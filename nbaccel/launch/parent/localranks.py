@@ -14,8 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from ...config.deepspeed import DeepSpeedConfig
 from ...config.fsdp import FsdpConfig
-from ...environment import fsdp_launch_variables, launch_variables, user_thread_count
+from ...environment import (
+    deepspeed_launch_variables,
+    fsdp_launch_variables,
+    launch_variables,
+    user_thread_count,
+)
 from ..config import LaunchConfig
 from ..nodes.meeting import Meeting, gloo_interface
 from ..nodes.rendezvous import LOOPBACK
@@ -134,6 +140,9 @@ def worker_env(
     if config.fsdp_config is not None:  # the config file in force asks for FSDP
         fsdp = FsdpConfig(config.fsdp_config).for_processes(config.cpu)
         env.update(fsdp_launch_variables(fsdp))
+    if config.deepspeed_config is not None:  # the config file in force asks for DeepSpeed
+        settings = DeepSpeedConfig(config.deepspeed_config).launch_settings()
+        env.update(deepspeed_launch_variables(settings))
     env["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # the launcher hosts the store
     if meeting is None:
         env["GLOO_SOCKET_IFNAME"] = "lo"
