@@ -33,6 +33,7 @@ CHECKED = {
     "07_config_panel.ipynb",
     "08_transformers_trainer.ipynb",
     "09_worker_pool.ipynb",
+    "11_deepspeed.ipynb",
 }
 # Notebooks that need other machines: the hosts tier runs them on its test bed
 # (tests/hosts/test_hosts_notebook.py); here they are only checked as stored.
@@ -181,6 +182,22 @@ def test_04_fsdp() -> None:
     assert plain == sharded
     assert "same accuracy as the sharded model: True" in text, text
     assert "merged weights equal the sharded model's full state dict: True" in text, text
+
+
+def test_11_deepspeed() -> None:
+    pytest.importorskip("deepspeed")
+    text = _execute(_read("11_deepspeed.ipynb"))
+    for rank in (0, 1):  # ZeRO-3 with stage3_param_persistence_threshold 0: half each
+        assert f"[rank{rank}]: holds 4805 of the 9610 parameter values" in text, text
+    first = _number(r"\[rank0\]: epoch 3: loss [0-9.]+, test accuracy ([0-9.]+)", text)
+    assert first >= 0.8
+    assert "DeepSpeed's checkpoint:" in text, text
+    assert "zero_pp_rank_1_mp_rank_00_optim_states.pt" in text, text
+    assert "[rank0]: resumed from the checkpoint of epoch 2" in text, text
+    assert "process 1 returned: {}" in text, text
+    assert "resumed run equals uninterrupted run to float32 rounding: True" in text, text
+    losses = re.findall(r"\[rank0\]: epoch 3: (loss [0-9.]+, test accuracy [0-9.]+)", text)
+    assert len(losses) == 2 and losses[0] == losses[1], losses  # the resumed epoch 3 is the same
 
 
 def _check_multi_node(text: str, node_rank: int) -> None:
