@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
+from safetensors.torch import save as safetensors_save
 
 from .host import to_host
 from .layout import atomic_file
@@ -26,6 +27,7 @@ __all__ = [
     "read_tensors_into",
     "save_object",
     "save_tensors",
+    "save_to",
     "storage_key",
     "tensor_file",
     "tensor_file_metadata",
@@ -201,3 +203,17 @@ def load_tensors_into(
             else:
                 rest[alias] = rest.get(kept, targets[kept])
     return done, rest
+
+
+def save_to(obj: Any, f: Any, safe_serialization: bool) -> None:
+    """``torch.save`` of ``obj`` (or its tensors as safetensors) to a path or an open file."""
+    if isinstance(f, (str, os.PathLike)):
+        if safe_serialization:
+            save_tensors(obj, Path(f))
+        else:
+            save_object(obj, Path(f))
+    elif safe_serialization:
+        tensors, _ = dedupe_shared(obj)
+        f.write(safetensors_save(tensors, metadata={"format": "pt"}))
+    else:
+        torch.save(obj, f)

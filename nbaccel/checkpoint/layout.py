@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +40,7 @@ __all__ = [
     "publish",
     "read_manifest",
     "remove_stale_staging",
+    "remove_tree",
     "settle",
     "staging_dir",
     "verify_manifest",
@@ -80,6 +82,13 @@ def checkpoint_dirs(root: str | os.PathLike[str]) -> list[tuple[int, Path]]:
         if match and (entry / MANIFEST_NAME).is_file():
             found.append((int(match.group(1)), entry))
     return sorted(found)
+
+
+def remove_tree(path: Path) -> None:
+    """Delete an old checkpoint: renamed aside first, so it never looks half there."""
+    hidden = path.parent / f".{path.name}.old-{secrets.token_hex(6)}"
+    os.rename(path, hidden)
+    shutil.rmtree(hidden, ignore_errors=True)
 
 
 def staging_dir(target: Path, token: str) -> Path:

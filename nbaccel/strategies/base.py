@@ -32,6 +32,9 @@ class Strategy:
         """Clip the gradients' total norm; returns the norm (sharded strategies override)."""
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
+    def release(self) -> None:
+        """Forget what the strategy holds of prepared models (``free_memory``)."""
+
     @staticmethod
     def unwrap_model(model: nn.Module) -> nn.Module:
         """Peel DDP, FSDP-style ``.module`` and ``torch.compile`` wrappers off ``model``."""

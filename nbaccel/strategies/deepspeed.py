@@ -200,6 +200,11 @@ class DeepSpeedStrategy(Strategy):
             if path is None:
                 raise RuntimeError(f"load_state: DeepSpeed could not load {directory / tag}.")
 
+    @staticmethod
+    def schedulers_not_saved(schedulers: list[Any]) -> list[Any]:
+        """The prepared schedulers the engines' checkpoints do not hold (nbaccel saves those)."""
+        return [s for s in schedulers if not isinstance(s, DeepSpeedSchedulerWrapper)]
+
     def _engines_of(self, models: list[nn.Module]) -> list[Any]:
         engines = [m for m in models if is_engine(m)]
         if len(engines) != len(models):

@@ -13,7 +13,6 @@ from torch import nn
 from ..data import DataLoaderConfiguration, skip_first_batches
 from ..enums import DynamoBackend, RNGType
 from ..kwargs_handlers import AutocastKwargs, KwargsHandler
-from ..launch.events import report_engine
 from ..modeling import recompiled
 from ..plugins import (
     GradientAccumulationPlugin,
@@ -24,14 +23,13 @@ from ..precision import Precision
 from ..profiling import ProfileKwargs, profiled
 from ..state import AcceleratorState, GradientState
 from ..state.registry import STATE
-from ..strategies import DeepSpeedStrategy, strategy_for
+from ..strategies import DeepSpeedStrategy
 from ..tracking import resolve_log_with
 from ..unsupported import refuse_plugins
 from .arguments import (
     UNSET,
     accumulation_plugin,
     check_arguments,
-    deepspeed_accumulation,
     handler_map,
     mixed_precision_of,
     project_configuration,
@@ -42,7 +40,7 @@ from .arguments import (
 )
 from .checkpointer import Checkpointer
 from .collectives import Collectives
-from .deepspeed_prep import prepare_with_deepspeed
+from .deepspeed_prep import choose_strategy, prepare_with_deepspeed
 from .forwarding import forward, view
 from .parallel import ParallelView
 from .preparation import Preparer
@@ -129,15 +127,7 @@ class Accelerator:
                 autocast_kwargs=handlers.autocast,
                 scaler_kwargs=handlers.scaler,
             )
-            strategy = strategy_for(
-                self.state.distributed_type,
-                self.state.fsdp_plugin,
-                lambda: AcceleratorState().deepspeed_plugin,
-            )
-            if isinstance(strategy, DeepSpeedStrategy):
-                self.precision.scaler = None  # DeepSpeed scales fp16 losses itself
-                accumulation = deepspeed_accumulation(strategy.plugin, accumulation)
-                report_engine("deepspeed", strategy.plugin.zero_stage)  # the launch dashboard
+            strategy, accumulation = choose_strategy(self.state, self.precision, accumulation)
         except Exception:
             if fresh:  # a refused setting must not stick to the process (e.g. fp8 on CPU)
                 STATE.accelerator = None
@@ -244,11 +234,10 @@ class Accelerator:
         """Prepare models, optimizers, schedulers and data loaders; returns them in order.
         Under DeepSpeed the model comes back as DeepSpeed's engine (docs/deepspeed.md)."""
         if isinstance(self.strategy, DeepSpeedStrategy):
-            prepared = prepare_with_deepspeed(
-                self._preparer, self.strategy, args, self.gradient_accumulation_steps
-            )
-            return prepared[0] if len(prepared) == 1 else prepared
-        prepared = self._preparer.prepare(args, device_placement)
+            steps = self.gradient_accumulation_steps
+            prepared = prepare_with_deepspeed(self._preparer, self.strategy, args, steps)
+        else:
+            prepared = self._preparer.prepare(args, device_placement)
         return prepared[0] if len(prepared) == 1 else prepared
 
     def prepare_model(
@@ -317,8 +306,7 @@ class Accelerator:
         """Drop the references this Accelerator holds, collect garbage, empty device caches."""
         self._preparer.release()
         self._steps.reset()
-        if isinstance(self.strategy, DeepSpeedStrategy):
-            self.strategy.release()
+        self.strategy.release()
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -394,12 +382,9 @@ class Accelerator:
     multi_device = view("_parallel", ParallelView.multi_device)
     fp8_backend = view("_parallel", ParallelView.fp8_backend)
     should_save_model = property(lambda self: True, doc="Every process takes part in saving.")
-    deepspeed_plugin = property(
-        lambda self: self.state.deepspeed_plugin, doc="The selected DeepSpeed plugin, or None."
-    )
+    deepspeed_plugin = property(lambda self: self.state.deepspeed_plugin, doc="The selected one.")
     deepspeed_engine_wrapped = property(
-        lambda self: getattr(self.strategy, "wrapped", None),
-        doc="The DeepSpeed engine that backward() drives (None without DeepSpeed).",
+        lambda self: getattr(self.strategy, "wrapped", None), doc="The engine backward() drives."
     )
     non_blocking = property(lambda self: self.dataloader_config.non_blocking)
     use_seedable_sampler = property(lambda self: self.dataloader_config.use_seedable_sampler)
@@ -408,8 +393,7 @@ class Accelerator:
     )
 
     def verify_device_map(self, model: nn.Module) -> bool:
-        """True when a submodule carries an ``hf_device_map`` spreading it over several
-        devices (big-model inference), which training must not prepare."""
+        """True when a submodule's ``hf_device_map`` spreads it over several devices."""
         return any(len(getattr(m, "hf_device_map", {})) > 1 for m in model.modules())
 
     def __repr__(self) -> str:

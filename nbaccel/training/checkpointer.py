@@ -13,18 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save as safetensors_bytes
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ..checkpoint.export import save_model_files
-from ..checkpoint.files import dedupe_shared, save_object, save_tensors
+from ..checkpoint.files import save_to
 from ..checkpoint.interrupts import terminated_cleanly
 from ..checkpoint.layout import (
     checkpoint_dirs,
     make_dirs,
     publish,
     remove_stale_staging,
+    remove_tree,
     staging_dir,
     write_manifest,
 )
@@ -34,7 +34,6 @@ from ..checkpoint.state import (
     save_loader_states,
     save_state_files,
 )
-from ..deepspeed import DeepSpeedSchedulerWrapper
 from ..modeling.offloaded import get_state_dict_offloaded_model, has_offloaded_params
 from ..ops import broadcast_object_list
 from ..plugins import ProjectConfiguration
@@ -94,10 +93,6 @@ class Checkpointer:
     def _deepspeed(self) -> DeepSpeedStrategy | None:
         """The DeepSpeed strategy when models are engines (their checkpoints are theirs)."""
         return self.strategy if isinstance(self.strategy, DeepSpeedStrategy) else None
-
-    def _own_schedulers(self) -> list[Any]:
-        """The schedulers the engines do not save themselves."""
-        return [s for s in self.preparer.schedulers if not isinstance(s, DeepSpeedSchedulerWrapper)]
 
     def _writes(self) -> bool:
         """Whether this process writes the shared files."""
@@ -214,7 +209,8 @@ class Checkpointer:
             hook(models, weights, str(staging))
         if engines is not None:  # each engine writes its weights, optimizer and scheduler
             engines.save_checkpoint(models, staging)
-            objects = self._state_objects(optimizers=[], schedulers=self._own_schedulers())
+            schedulers = engines.schedulers_not_saved(self.preparer.schedulers)
+            objects = self._state_objects(optimizers=[], schedulers=schedulers)
         elif fsdp is None:
             objects = self._state_objects(weights=weights)
         else:  # models and optimizers take FSDP's path; the rest is written as without it
@@ -249,7 +245,7 @@ class Checkpointer:
             if config.automatic_checkpoint_naming and config.total_limit is not None:
                 for _, old in checkpoint_dirs(target.parent)[: -config.total_limit]:
                     remove_stale_staging(old)
-                    _remove_tree(old)
+                    remove_tree(old)
         self.state.wait_for_everyone()
         if not publisher and self.state.is_local_main_process and staging.exists():
             if sharded:  # this machine's shards are part of the checkpoint: they stay here
@@ -309,7 +305,8 @@ class Checkpointer:
         engines = self._deepspeed()
         if engines is not None:
             engines.load_checkpoint(models, directory)
-            objects = self._state_objects(optimizers=[], schedulers=self._own_schedulers())
+            schedulers = engines.schedulers_not_saved(self.preparer.schedulers)
+            objects = self._state_objects(optimizers=[], schedulers=schedulers)
         elif fsdp is None:
             objects = self._state_objects(models=[self.strategy.unwrap_model(m) for m in models])
         else:
@@ -396,22 +393,5 @@ class Checkpointer:
 
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
         """``torch.save`` (or safetensors) once per machine, in place of ``torch.save``."""
-        if not self.state.is_local_main_process:
-            return
-        if isinstance(f, (str, os.PathLike)):
-            if safe_serialization:
-                save_tensors(obj, Path(f))
-            else:
-                save_object(obj, Path(f))
-        elif safe_serialization:
-            tensors, _ = dedupe_shared(obj)
-            f.write(safetensors_bytes(tensors, metadata={"format": "pt"}))
-        else:
-            torch.save(obj, f)
-
-
-def _remove_tree(path: Path) -> None:
-    """Delete an old checkpoint: renamed aside first, so it never looks half there."""
-    hidden = path.parent / f".{path.name}.old-{secrets.token_hex(6)}"
-    os.rename(path, hidden)
-    shutil.rmtree(hidden, ignore_errors=True)
+        if self.state.is_local_main_process:
+            save_to(obj, f, safe_serialization)

@@ -12,11 +12,33 @@ from torch.utils.data import DataLoader
 
 from ..deepspeed.autofill import Found
 from ..deepspeed.dummies import DummyOptim, DummyScheduler
+from ..launch.events import report_engine
 from ..optim import AcceleratedScheduler
+from ..plugins import GradientAccumulationPlugin
+from ..precision import Precision
+from ..state import AcceleratorState
+from ..strategies import Strategy, strategy_for
 from ..strategies.deepspeed import DeepSpeedStrategy
+from .arguments import deepspeed_accumulation
 from .preparation import Preparer, _is_scheduler, _mark
 
-__all__ = ["prepare_with_deepspeed"]
+__all__ = ["choose_strategy", "prepare_with_deepspeed"]
+
+
+def choose_strategy(
+    state: AcceleratorState, precision: Precision, accumulation: GradientAccumulationPlugin
+) -> tuple[Strategy, GradientAccumulationPlugin]:
+    """The strategy for the state's distributed type, and the accumulation it trains with:
+    under DeepSpeed the plugin's steps (DeepSpeed also scales fp16 losses itself, and each
+    rank reports its engine and stage to the launch's dashboard)."""
+    strategy = strategy_for(
+        state.distributed_type, state.fsdp_plugin, lambda: AcceleratorState().deepspeed_plugin
+    )
+    if isinstance(strategy, DeepSpeedStrategy):
+        precision.scaler = None
+        accumulation = deepspeed_accumulation(strategy.plugin, accumulation)
+        report_engine("deepspeed", strategy.plugin.zero_stage)
+    return strategy, accumulation
 
 
 def _kind(obj: Any) -> str:
