@@ -57,8 +57,17 @@ FILES = (
 )
 
 # The rest of Accelerate's tests, and why they are not measured.
+# Accelerate's DeepSpeed tests (``--files deepspeed``): every test there needs a GPU (its
+# classes are marked require_non_cpu / require_multi_device), so here they count what each
+# library runs and skips rather than a score.
+DEEPSPEED_FILES = (
+    "deepspeed/test_deepspeed.py",
+    "deepspeed/test_deepspeed_gradient_accumulation.py",
+    "deepspeed/test_deepspeed_multiple_model.py",
+)
+
 LEFT_OUT = {
-    "deepspeed/": "DeepSpeed (nbaccel does not run DeepSpeed)",
+    "deepspeed/": "GPU-only (measured apart: --files deepspeed)",
     "fsdp/": "GPU-only (every FSDP test there needs CUDA devices)",
     "tp/": "tensor parallelism on GPUs",
     "test_big_modeling.py": "big-model inference (device maps, offload)",
@@ -126,7 +135,13 @@ def _outcomes(report: Path) -> dict[str, str]:
     return results
 
 
-def run_suite(tests: Path, subject: str, timeout: int, pythonpath: str | None) -> dict[str, str]:
+def run_suite(
+    tests: Path,
+    subject: str,
+    timeout: int,
+    pythonpath: str | None,
+    files: tuple[str, ...] = FILES,
+) -> dict[str, str]:
     """Run FILES of ``tests`` (a copy of Accelerate's tests/) against ``subject``.
 
     ``subject`` is "accelerate" (as written), "nbaccel" (imports rewritten, test_utils too) or
@@ -143,7 +158,9 @@ def run_suite(tests: Path, subject: str, timeout: int, pythonpath: str | None) -
         env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, str(ROOT)) if p)
         env["CUDA_VISIBLE_DEVICES"] = ""
         env["HOME"] = str(work)  # no user config file reaches the tests
-        present = [f"tests/{name}" for name in FILES if (work / "tests" / name).exists()]
+        # ... but DeepSpeed's compiled ops stay where they were built (else: minutes of gcc)
+        env.setdefault("TORCH_EXTENSIONS_DIR", _extensions_dir())
+        present = [f"tests/{name}" for name in files if (work / "tests" / name).exists()]
         command = [
             sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
             *(["-p", "benchmarks.compat_placeholders"] if per_test else []),
@@ -157,15 +174,33 @@ def run_suite(tests: Path, subject: str, timeout: int, pythonpath: str | None) -
         return _outcomes(report)
 
 
-def _table(results: dict[str, dict[str, str]]) -> tuple[list[str], dict[str, int]]:
+def _counts(outcomes: dict[str, str]) -> str:
+    """``N passed, N failed, N skipped`` of one subject's outcomes."""
+    seen = Counter(o for t, o in outcomes.items() if "#" not in t)
+    return f"{seen['passed']} passed, {seen['failed']} failed, {seen['skipped']} skipped"
+
+
+def _extensions_dir() -> str:
+    """Where torch keeps compiled extensions (DeepSpeed's ops) for this interpreter."""
+    import torch
+    from torch.utils.cpp_extension import get_default_build_root  # only this measurement
+
+    kind = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
+    version = f"py{sys.version_info[0]}{sys.version_info[1]}"
+    return str(Path(get_default_build_root()) / f"{version}_{kind}")
+
+
+def _table(
+    results: dict[str, dict[str, str]], files: tuple[str, ...] = FILES
+) -> tuple[list[str], dict[str, int]]:
     """Per-file lines and totals; comparable = tests Accelerate runs (not skipped)."""
     base = results["accelerate"]
     comparable = [t for t, o in base.items() if "#" not in t and o != "skipped"]
     subjects = list(results)
     lines = ["file".ljust(30) + "".join(s.rjust(44) for s in subjects)]
     totals: Counter[str] = Counter()
-    for name in FILES:
-        ids = [t for t in comparable if t.startswith(name + "::")]
+    for name in files:
+        ids = [t for t in comparable if t.startswith(name.rpartition("/")[2] + "::")]
         if not ids:
             continue
         cells = []
@@ -214,11 +249,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", help="take Accelerate's outcomes from an earlier --json")
     parser.add_argument("--failures", action="store_true", help="list what nbaccel fails")
     parser.add_argument(
+        "--files",
+        default="api",
+        help="'api' (Accelerate's CPU test files, the default), 'deepspeed', or test files of "
+        "tests/ separated by commas",
+    )
+    parser.add_argument(
         "--per-test",
         action="store_true",
         help="also run each nbaccel subject with missing names failing only their own tests",
     )
     options = parser.parse_args(argv)
+    named = {"api": FILES, "deepspeed": DEEPSPEED_FILES}
+    files = named.get(options.files) or tuple(options.files.split(","))
     subjects = ["accelerate"]
     if options.test_utils in ("nbaccel", "both"):
         subjects.append("nbaccel")
@@ -235,9 +278,9 @@ def main(argv: list[str] | None = None) -> int:
             if subject in results:
                 continue
             path = None if subject == "accelerate" else options.nbaccel_path
-            results[subject] = run_suite(tests, subject, options.timeout, path)
-            print(f"ran {subject}", flush=True)
-    lines, totals = _table(results)
+            results[subject] = run_suite(tests, subject, options.timeout, path, files)
+            print(f"ran {subject}: {_counts(results[subject])}", flush=True)
+    lines, totals = _table(results, files)
     print("\n".join(lines))
     for subject in subjects:
         print(f"{subject}: {totals.get(subject, 0)} of {totals['comparable']} comparable passed")

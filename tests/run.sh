@@ -48,6 +48,11 @@ COLAB_TESTS=(
   tests/pool/test_magics_kernel.py
 )
 
+# DeepSpeed compiles its CPU ops (communication, CPU Adam and Adagrad) on first use, into
+# ~/.cache/torch_extensions: here, once per machine, so that no test pays for it (later runs
+# find them built and load them in a second).
+echo "== DeepSpeed's CPU ops"
+timeout 900 python -c "from nbaccel.deepspeed import prebuild_ops; print(*prebuild_ops())"
 tier unit 300 tests/unit
 tier multiprocess 900 tests/multiprocess
 tier notebook 900 tests/notebook
