@@ -32,6 +32,8 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
+from nbaccel.environment import deepspeed_ops_folder
+
 __all__ = ["FILES", "LEFT_OUT", "rewrite_imports", "run_suite"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,7 +161,7 @@ def run_suite(
         env["CUDA_VISIBLE_DEVICES"] = ""
         env["HOME"] = str(work)  # no user config file reaches the tests
         # ... but DeepSpeed's compiled ops stay where they were built (else: minutes of gcc)
-        env.setdefault("TORCH_EXTENSIONS_DIR", _extensions_dir())
+        env.setdefault("TORCH_EXTENSIONS_DIR", deepspeed_ops_folder())
         present = [f"tests/{name}" for name in files if (work / "tests" / name).exists()]
         command = [
             sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
@@ -178,16 +180,6 @@ def _counts(outcomes: dict[str, str]) -> str:
     """``N passed, N failed, N skipped`` of one subject's outcomes."""
     seen = Counter(o for t, o in outcomes.items() if "#" not in t)
     return f"{seen['passed']} passed, {seen['failed']} failed, {seen['skipped']} skipped"
-
-
-def _extensions_dir() -> str:
-    """Where torch keeps compiled extensions (DeepSpeed's ops) for this interpreter."""
-    import torch
-    from torch.utils.cpp_extension import get_default_build_root  # only this measurement
-
-    kind = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
-    version = f"py{sys.version_info[0]}{sys.version_info[1]}"
-    return str(Path(get_default_build_root()) / f"{version}_{kind}")
 
 
 def _table(

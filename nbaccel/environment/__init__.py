@@ -15,6 +15,7 @@ from .deepspeed import (
     choose_deepspeed_accelerator,
     deepspeed_launch_variables,
     deepspeed_launched,
+    deepspeed_ops_folder,
     read_deepspeed_launch,
 )
 from .detect import (
@@ -75,6 +76,7 @@ __all__ = [
     "debug_mode_requested",
     "deepspeed_launch_variables",
     "deepspeed_launched",
+    "deepspeed_ops_folder",
     "environment_for_child",
     "fp16_fallback_warning",
     "fp16_unavailable_note",

@@ -10,7 +10,9 @@ and ``Accelerator()`` builds a plugin by itself when the launch asked for DeepSp
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ._vars import _bool_var, _environ
@@ -19,6 +21,7 @@ __all__ = [
     "choose_deepspeed_accelerator",
     "deepspeed_launch_variables",
     "deepspeed_launched",
+    "deepspeed_ops_folder",
     "read_deepspeed_launch",
 ]
 
@@ -80,3 +83,17 @@ def choose_deepspeed_accelerator(device_type: str) -> None:
     to run on the CPU on a GPU machine (``cpu=True``) keeps DeepSpeed there too."""
     if device_type == "cpu":
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
+def deepspeed_ops_folder(environ: Mapping[str, str] | None = None) -> str:
+    """Where torch keeps this interpreter's compiled extensions, DeepSpeed's ops among them:
+    ``TORCH_EXTENSIONS_DIR``, else torch's default under the home, in the folder torch names
+    after the Python version and the torch build (``py311_cpu``)."""
+    # torch's extension tools: imported only by the callers that look for DeepSpeed's ops
+    import torch
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = _environ(environ).get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
+    build = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
+    python = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
+    return str(Path(root) / f"{python}_{build}")

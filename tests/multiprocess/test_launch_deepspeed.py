@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import textwrap
@@ -16,8 +15,8 @@ from typing import Any
 
 import cli_helpers as h
 import pytest
-import torch
-from torch.utils.cpp_extension import get_default_build_root
+
+from nbaccel.environment import deepspeed_ops_folder
 
 pytestmark = pytest.mark.multiprocess
 
@@ -89,18 +88,6 @@ CONFIG = textwrap.dedent(
 )
 
 
-def _extensions() -> str:
-    """The folder of DeepSpeed's compiled ops for this machine (HOME is a temporary folder
-    in the launch, where they would be compiled again: half a minute)."""
-    given = os.environ.get("TORCH_EXTENSIONS_DIR")
-    if given:
-        return given
-    kind = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
-    return str(
-        Path(get_default_build_root()) / f"py{sys.version_info[0]}{sys.version_info[1]}_{kind}"
-    )
-
-
 def _launch(home: Path, *options: str) -> tuple[str, list[dict[str, Any]]]:
     """``nbaccel launch OPTIONS script.py out``: its stderr up to the banner (the notes on
     the config file, then the banner line) and each rank's record."""
@@ -112,7 +99,7 @@ def _launch(home: Path, *options: str) -> tuple[str, list[dict[str, Any]]]:
         "script.py",
         str(home / "out"),
         home=home,
-        TORCH_EXTENSIONS_DIR=_extensions(),
+        TORCH_EXTENSIONS_DIR=deepspeed_ops_folder(),
     )
     assert done.returncode == 0, h.detail(done)
     records = [json.loads(p.read_text()) for p in sorted((home / "out").glob("rank*.json"))]
@@ -171,7 +158,7 @@ def test_a_deepspeed_config_file_in_force_reaches_notebook_launcher(tmp_path: Pa
     done = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path / "out")],
         cwd=tmp_path,
-        env=h.cli_environ(tmp_path, TORCH_EXTENSIONS_DIR=_extensions()),
+        env=h.cli_environ(tmp_path, TORCH_EXTENSIONS_DIR=deepspeed_ops_folder()),
         capture_output=True,
         text=True,
         timeout=h.TIMEOUT_S,
