@@ -163,7 +163,17 @@ class DeepSpeedPlugin:
             )
             path = self.get_value(f"zero_optimization.offload_{part}.nvme_path")
             problem = offload_problem(part, device, stage, path)
-            if problem is not None:
+            if problem is not None and part == "param" and problem[0].endswith("_device"):
+                # DeepSpeed ignores it below stage 3, and Accelerate's code passes it there:
+                # said once, and set to what runs
+                warnings.warn(
+                    f"DeepSpeedPlugin: {problem[1].partition(';')[0]}: it is set to none.",
+                    UserWarning,
+                    stacklevel=4,
+                )
+                self.deepspeed_config["zero_optimization"]["offload_param"] = {"device": "none"}
+                self.offload_param_device = "none"
+            elif problem is not None:
                 raise ValueError(f"DeepSpeed: {problem[1]}.")
 
     # -- building the config -----------------------------------------------------------------

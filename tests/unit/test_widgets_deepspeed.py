@@ -188,9 +188,12 @@ def test_a_json_config_replaces_the_other_fields_and_is_checked_by_the_plugin(
     assert "deepspeed_offload_param_device" not in panel.errors  # the file holds the offload
     for name in DEEPSPEED_ROWS:  # greyed out: the file holds them
         assert panel.controls[name].disabled == (name != "deepspeed_config_file")
-    offloaded = {"stage": 1, "offload_param": {"device": "cpu"}}
+    offloaded = {"stage": 0, "offload_optimizer": {"device": "cpu"}}
     panel.deepspeed_config_file = _config_file(tmp_path, {"zero_optimization": offloaded})
-    assert "needs ZeRO stage 3, but the ZeRO stage is 1" in panel.errors["deepspeed_config_file"]
+    assert (
+        "needs a ZeRO stage of 1 or more, but the ZeRO stage is 0"
+        in panel.errors["deepspeed_config_file"]
+    )
     offloaded["stage"] = 3
     panel.deepspeed_config_file = _config_file(tmp_path, {"zero_optimization": offloaded})
     assert panel.errors == {} and not panel.buttons["Launch"].disabled
