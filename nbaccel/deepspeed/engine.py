@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ..environment import deepspeed_ops_folder
 from ..optim import AcceleratedOptimizer, AcceleratedScheduler
 
 __all__ = [
@@ -94,7 +95,7 @@ def offload_optimizer(optimizer: torch.optim.Optimizer) -> Any:
 def _compiler_error(exc: BaseException) -> RuntimeError:
     return RuntimeError(
         "DeepSpeed could not build its C++ ops on this machine (it compiles them the first time "
-        "they run, into ~/.cache/torch_extensions). Install a C++ compiler and ninja "
+        f"they run, into {deepspeed_ops_folder()}). Install a C++ compiler and ninja "
         "(Debian/Ubuntu: apt-get install g++; pip install ninja), then start the training "
         f"again. DeepSpeed said: {exc}"
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 import deepspeed_api_checks  # noqa: F401  (registers its checks with deepspeed_checks)
 import deepspeed_checks
 import pytest
+import torch
 
 from nbaccel import notebook_launcher
 
@@ -55,3 +56,30 @@ def test_a_spawned_launch_trains_zero3_like_one_process(tmp_path: Path) -> None:
     )
     failures = _failures(results, "zero3_equals_one_process")
     assert not failures, "\n\n".join(failures)
+
+
+def _build_an_engine() -> str:
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from nbaccel import Accelerator
+    from nbaccel.utils import DeepSpeedPlugin
+
+    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
+    model = nn.Linear(4, 1)
+    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
+    engine, _, _ = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), loader)
+    return type(engine).__name__
+
+
+def test_without_a_compiler_the_error_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine whose C++ compiler is missing (CXX points nowhere; no op built yet): the
+    failing rank's error says what to install, in the notebook's cell."""
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ops"))
+    with pytest.raises(RuntimeError, match="could not build its C\\+\\+ ops") as raised:
+        notebook_launcher(_build_an_engine, num_processes=2, start_method="fork", timeout=200)
+    message = str(raised.value)
+    assert "Install a C++ compiler" in message and str(tmp_path / "ops") in message, message
