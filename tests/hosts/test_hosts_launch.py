@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from nbaccel.environment import deepspeed_ops_folder
 from tests.hosts.bed import HostBed
 from tests.hosts.launches import (
     GONE,
@@ -364,3 +365,42 @@ print("LEFT", gone())
     assert "RAISED HostError rank 0 did not start on node2" in out, out
     assert "'/no/such/dir' does not exist on node2" in out and "pass cwd=" in out, out
     assert "LEFT []" in out, out
+
+
+def test_deepspeed_zero2_trains_on_two_hosts(kernel: LoginKernel) -> None:
+    """A function the kernel defines builds DeepSpeed's ZeRO-2 engine on node1 and node2 (4
+    ranks, hosts=): every rank trains the same steps and reports its host and stage."""
+    ops = deepspeed_ops_folder()  # the ops this machine built (the hosts share its disk)
+    out = kernel.ok(
+        f"""
+def zero2():
+    import socket
+    import torch
+    from nbaccel import Accelerator
+    from nbaccel.utils import DeepSpeedPlugin
+    acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(32, 4, generator=g), torch.randn(32, 1, generator=g)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    engine, opt, loader = acc.prepare(model, optimizer, loader)
+    for x, y in loader:
+        acc.backward(torch.nn.functional.mse_loss(engine(x), y))
+        opt.step()
+    weight = round(float(acc.get_state_dict(engine)["weight"].sum()), 6)
+    stage = engine.zero_optimization_stage()
+    return socket.gethostname(), acc.num_processes, stage, engine.global_steps, weight
+
+results = notebook_launcher(zero2, num_processes=2, hosts=["node1", "node2"],
+                            env={{"TORCH_EXTENSIONS_DIR": {ops!r}}}, timeout=240)
+print("HOSTS", [r[:4] for r in results])
+print("SAME", len({{r[4] for r in results}}) == 1)
+print("LEFT", gone())
+""",
+        timeout=300,
+    )
+    expected = [("node1", 4, 2, 4), ("node1", 4, 2, 4), ("node2", 4, 2, 4), ("node2", 4, 2, 4)]
+    assert f"HOSTS {expected}" in out, out
+    assert "SAME True" in out and "LEFT []" in out, out
