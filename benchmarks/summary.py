@@ -108,6 +108,25 @@ def _fsdp_memory(data: dict[str, Any]) -> Iterator[Row]:
         yield (f"FSDP / DDP time per step, {world} processes", f"{r['time_ratio']:.2f}x", "-", None)
 
 
+def _deepspeed(data: dict[str, Any]) -> Iterator[Row]:
+    labels = {s: item["label"] for s, item in data["subjects"].items()}
+    for r in data["ratios"]:
+        target = r["at_most"]
+        yield (
+            f"step time, {labels[r['subject']]} / {labels[r['versus']]} (2 CPU ranks)",
+            f"{r['ratio']:.3f}x",
+            "-" if target is None else f"<= {target}x",
+            None if target is None else bool(r["met"]),
+        )
+    m = data["memory"]
+    yield (
+        "DeepSpeed ZeRO-3 / DDP bytes per rank (params + grads + optimizer state), 2 ranks",
+        f"{m['ratio']:.3f}x",
+        f"<= {m['at_most']}x",
+        bool(m["met"]),
+    )
+
+
 _CHECKPOINT_KINDS = {
     "save_flushed": "save (Accelerate's files fsynced too)",
     "save_buffered": "save (vs a buffered write)",
@@ -154,6 +173,7 @@ _READERS: dict[str, Callable[[dict[str, Any]], Iterator[Row]]] = {
     "collectives": _collectives,
     "scaling": _scaling,
     "fsdp_memory": _fsdp_memory,
+    "deepspeed": _deepspeed,
     "gpt_bf16": _gpt_bf16,
     "checkpoint": _checkpoint,
     "pool": _pool,

@@ -1,0 +1,248 @@
+"""The ``deepspeed`` benchmark's figures: the summary of its rounds, the docs section, the
+verdicts it prints and its plot (:mod:`benchmarks.deepspeed` measures)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from . import harness
+
+__all__ = ["SUBJECTS", "TARGETS", "markdown", "plot", "summary", "verdicts"]
+
+NAME = "deepspeed"
+SUBJECTS: dict[str, str] = {
+    "nbaccel_zero2": "nbaccel Accelerator, ZeRO-2",
+    "deepspeed_zero2": "hand-written DeepSpeed, ZeRO-2",
+    "nbaccel_zero3": "nbaccel Accelerator, ZeRO-3",
+    "deepspeed_zero3": "hand-written DeepSpeed, ZeRO-3",
+    "nbaccel_ddp": "nbaccel Accelerator, DDP (no plugin)",
+}
+TARGETS = {"time": 1.02, "memory": 0.55}
+_RATIOS = [  # subject, versus, target
+    ("nbaccel_zero2", "deepspeed_zero2", TARGETS["time"]),
+    ("nbaccel_zero3", "deepspeed_zero3", TARGETS["time"]),
+    ("nbaccel_zero2", "nbaccel_ddp", None),
+    ("nbaccel_zero3", "nbaccel_ddp", None),
+]
+
+
+def summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Medians over the rounds, the ratios (of medians, and per round) and the bytes."""
+    subjects = {
+        s: {
+            "label": SUBJECTS[s],
+            "step_ms": harness.summarise([r["step_ms"] for r in results]),
+            "mean_step_ms": statistics.median(r["mean_step_ms"] for r in results),
+            "cpu_step_ms": harness.summarise([r["cpu_step_ms"] for r in results]),
+        }
+        for s, results in runs.items()
+    }
+    ratios = []
+    for subject, versus, target in _RATIOS:
+        pairs = zip(runs[subject], runs[versus], strict=True)
+        a, b = subjects[subject], subjects[versus]
+        ratio = a["step_ms"]["median"] / b["step_ms"]["median"]
+        ratios.append(
+            {
+                "subject": subject,
+                "versus": versus,
+                "ratio": ratio,
+                "paired": harness.summarise([x["step_ms"] / y["step_ms"] for x, y in pairs]),
+                "cpu_ratio": a["cpu_step_ms"]["median"] / b["cpu_step_ms"]["median"],
+                "at_most": target,
+                "met": None if target is None else ratio <= target,
+            }
+        )
+    ddp, zero3 = runs["nbaccel_ddp"][0]["memory"], runs["nbaccel_zero3"][0]["memory"]
+    memory_ratio = zero3["bytes"] / ddp["bytes"]
+    memory = {
+        "ddp": ddp,
+        "zero3": zero3,
+        "ratio": memory_ratio,
+        "at_most": TARGETS["memory"],
+        "met": memory_ratio <= TARGETS["memory"],
+    }
+    return {"subjects": subjects, "ratios": ratios, "memory": memory}
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f}"
+
+
+def _time_table(payload: dict[str, Any]) -> list[str]:
+    rows = [
+        "| Subject | ms/step (median) | min - max | mean ms/step | CPU ms/step (both ranks) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for item in payload["subjects"].values():
+        step, cpu = item["step_ms"], item["cpu_step_ms"]
+        rows.append(
+            f"| {item['label']} | {step['median']:.2f} | {step['min']:.2f} - {step['max']:.2f}"
+            f" | {item['mean_step_ms']:.2f} | {cpu['median']:.2f} ({cpu['min']:.2f} - "
+            f"{cpu['max']:.2f}) |"
+        )
+    rows += [
+        "",
+        "| Ratio (step time) | of medians | per round: median (min - max) | CPU time | target |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for r in payload["ratios"]:
+        target = "-"
+        if r["at_most"] is not None:
+            target = f"at most {r['at_most']:.2f}x ({'met' if r['met'] else 'NOT met'})"
+        paired = r["paired"]
+        rows.append(
+            f"| {SUBJECTS[r['subject']]} / {SUBJECTS[r['versus']]} | **{r['ratio']:.3f}x** | "
+            f"{paired['median']:.3f}x ({paired['min']:.3f} - {paired['max']:.3f}) | "
+            f"{r['cpu_ratio']:.3f}x | {target} |"
+        )
+    return rows
+
+
+def _memory_table(payload: dict[str, Any]) -> list[str]:
+    m = payload["memory"]
+    rows = [
+        "| Per rank | parameters MiB | gradients MiB | optimizer state MiB | total MiB |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for key, label in (("ddp", "DDP"), ("zero3", "ZeRO-3")):
+        p = m[key]
+        rows.append(
+            f"| {label} | {_mib(p['params'])} | {_mib(p['grads'])} | {_mib(p['optimizer'])} | "
+            f"{_mib(p['bytes'])} |"
+        )
+    verdict = "met" if m["met"] else "NOT met"
+    rows += ["", f"ZeRO-3 / DDP: **{m['ratio']:.3f}x** (at most {m['at_most']}x: {verdict})."]
+    copy = m["zero3"].get("fp32_copy", 0)
+    if copy:
+        without = (m["zero3"]["bytes"] - copy) / m["ddp"]["bytes"]
+        rows += [
+            "",
+            f"Of ZeRO-3's optimizer state, {_mib(copy)} MiB per rank are the fp32 partitions",
+            "DeepSpeed steps, held as a copy of the parameter shards although this run trains",
+            "in fp32 (its `_create_fp32_partitions` shares them only when the shards' device",
+            "equals `get_accelerator().current_device_name()`, a `torch.device` compared with a",
+            f"string here). Without that copy ZeRO-3 / DDP would be {without:.3f}x.",
+        ]
+    return rows
+
+
+def markdown(payload: dict[str, Any], command: str) -> str:
+    """The docs section; ``command`` is the command line that gave its figures."""
+    c = payload["config"]
+    width, layers = c["width"], c["layers"]
+    lines = [
+        f"## DeepSpeed ZeRO on CPU (`{NAME}`)",
+        "",
+        "One MLP trained five ways on the same data for the same steps, in fp32 on",
+        f"{c['world']} CPU ranks (gloo, {c['threads']} torch thread(s) per rank):",
+        f"{layers} x (Linear({width}, {width}) + ReLU), then Linear({width}, {c['classes']});",
+        f"AdamW, cross-entropy, synthetic data, {c['batch']} samples per rank per step. The five:",
+        "ZeRO-2 and ZeRO-3 through nbaccel's",
+        "`Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=N))` (`prepare(model,",
+        "optimizer, loader)`, `accelerator.backward(loss)`; launched with `notebook_launcher`,",
+        "fork); the same two driven by hand (`deepspeed.init_distributed`, `deepspeed.initialize`",
+        "with the config the plugin fills in, `engine.backward(loss)`, `engine.step()`) under",
+        "`python -m torch.distributed.run --nproc_per_node 2`; and plain DDP through nbaccel's",
+        "`Accelerator` without a plugin (clipping at 1.0 with `accelerator.clip_grad_norm_`, as",
+        "DeepSpeed's config clips).",
+        "",
+        "One round is one nbaccel launch (ZeRO-2, ZeRO-3, DDP in turn) and one torchrun launch",
+        "(ZeRO-2, ZeRO-3 in turn), the first of the two alternating from round to round. In each,",
+        "every subject builds its model, runs its untimed steps, then times its steps one by",
+        "one, each from fetching its batch to the end of its optimizer step (a step's time is",
+        "the slowest rank's; a round's figure is its median step). Process start-up and engine",
+        f"building are not timed. {c['warmup']} untimed and {c['steps']} timed steps per subject;",
+        f"{c['warmup_rounds']} uncounted warm-up round(s), then {c['reps']} counted rounds.",
+        "Checked in every round:",
+        "nbaccel's engine and the hand-written one have the same settings as DeepSpeed parsed",
+        "them, reach the same losses and hold the same bytes; DDP's losses match too (the",
+        "largest relative differences are in the JSON file).",
+        "",
+        *_time_table(payload),
+        "",
+        "Mean ms/step: the timed steps between two barriers, divided by their number. CPU",
+        "ms/step: the CPU time of both ranks' processes (every thread) over the timed steps,",
+        "divided by their number: a rank that waits, for its peer or for a core another program",
+        "holds, spends none, so it moves less with the machine's load than wall time does",
+        '("CPU time" in the ratios: of the medians).',
+        "",
+        "Bytes of parameters + gradients + optimizer state held per rank, counted from the",
+        "tensors (not RSS) right after the last timed step, the largest rank's; memory that two",
+        "tensors share (a view, an alias) counts once. DDP: every parameter, its gradient and",
+        "AdamW's `exp_avg` / `exp_avg_sq`. ZeRO-3: each parameter's shard `p.ds_tensor` (plus",
+        "`p.data` of the small parameters ZeRO-3 keeps whole), the gradient partitions",
+        "(`grad_partitions_flat_buffer`), the ZeRO optimizer's inner AdamW state",
+        "(`engine.optimizer.optimizer.state`) and the fp32 partitions it steps",
+        "(`fp32_partitioned_groups_flat`). Communication buffers are not counted (DeepSpeed's",
+        "reduce bucket, DDP's gradient buckets).",
+        "",
+        *_memory_table(payload),
+        "",
+        f"Every round (step times, losses, bytes) is in `benchmarks/results/{NAME}.json`.",
+        "",
+        harness.machine_markdown(payload["machine"], command),
+        "",
+        f"![{NAME}](img/{NAME}.png)",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def verdicts(payload: dict[str, Any]) -> str:
+    """The lines printed after the table: each target and whether it is met."""
+    out = []
+    for r in payload["ratios"]:
+        line = f"{SUBJECTS[r['subject']]} / {SUBJECTS[r['versus']]} = {r['ratio']:.3f}x"
+        line += f" (CPU time {r['cpu_ratio']:.3f}x)"
+        if r["at_most"] is not None:
+            line += f" ({'meets' if r['met'] else 'MISSES'} the {r['at_most']}x target)"
+        out.append(line)
+    m = payload["memory"]
+    out.append(
+        f"ZeRO-3 / DDP bytes per rank = {m['ratio']:.3f}x "
+        f"({'meets' if m['met'] else 'MISSES'} the {m['at_most']}x target)"
+    )
+    return "\n".join(out)
+
+
+def plot(payload: dict[str, Any]) -> Any:
+    """Step times (median, min-max, every round) and the bytes per rank, stacked by part."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (step, mem) = plt.subplots(1, 2, figsize=(11, 4.4), dpi=120, width_ratios=[2.2, 1])
+    items = list(payload["subjects"].values())
+    med = [s["step_ms"]["median"] for s in items]
+    err = [
+        [m - s["step_ms"]["min"] for m, s in zip(med, items, strict=True)],
+        [s["step_ms"]["max"] - m for m, s in zip(med, items, strict=True)],
+    ]
+    colors = ["#1f77b4", "#7f7f7f", "#2ca02c", "#bcbd22", "#ff7f0e"]
+    step.bar(range(len(items)), med, yerr=err, capsize=5, color=colors, alpha=0.85)
+    for i, s in enumerate(items):
+        values = s["step_ms"]["values"]
+        step.scatter([i] * len(values), values, color="black", s=8, zorder=3)
+    step.set_xticks(range(len(items)))
+    step.set_xticklabels([s["label"].replace(", ", "\n") for s in items], fontsize=8)
+    step.set_ylabel("ms per step (median; bars min-max; dots: rounds)", fontsize=9)
+    m = payload["memory"]
+    bottom = [0.0, 0.0]
+    for part, label in (("params", "parameters"), ("grads", "gradients"), ("optimizer", "AdamW")):
+        values = [m[k][part] / 2**20 for k in ("ddp", "zero3")]
+        mem.bar(["DDP", "ZeRO-3"], values, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    mem.set_ylabel("MiB per rank", fontsize=9)
+    mem.set_title(f"ZeRO-3 / DDP = {m['ratio']:.3f}x", fontsize=9)
+    mem.legend(fontsize=8)
+    for ax in (step, mem):
+        ax.grid(axis="y", alpha=0.3)
+    machine, c = payload["machine"], payload["config"]
+    fig.suptitle(
+        f"DeepSpeed ZeRO vs DDP, {c['world']} CPU ranks (gloo); {machine['cpu_model']}, "
+        f"{machine['usable_cores']} cores, deepspeed {machine['versions']['deepspeed']}",
+        fontsize=10,
+    )
+    return fig
