@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..config import ConfigError, ConfigFile, FsdpConfig, ValueProblem
+from ..config import ConfigFile, FsdpConfig, ValueProblem
+from ..config.deepspeed import DeepSpeedConfig
 from ..config.fsdp import SHARDING_STRATEGIES, STATE_DICT_TYPES, WRAP_POLICIES
 from ..config.hosts import check_no_machines, hosts_setting, hosts_text
 from ..config.ranks import parse_display_ranks
@@ -13,14 +14,7 @@ from ..config.schema import START_METHODS
 from .deepspeed_form import deepspeed_problems, plugin_arguments, sharding_of
 from .hardware import Hardware
 
-__all__ = ["DEEPSPEED_NOT_SAVED", "START_METHODS", "PanelValues", "launch_options", "validate"]
-
-# Why Save refuses DeepSpeed: the panel does not write the file's deepspeed_config section yet.
-DEEPSPEED_NOT_SAVED = (
-    "the panel does not save DeepSpeed settings to the config file yet: build the Accelerator "
-    "in the training function with Show code's DeepSpeedPlugin(...) instead (Save writes "
-    "Sharding None or FSDP)"
-)
+__all__ = ["START_METHODS", "PanelValues", "launch_options", "validate"]
 
 
 @dataclasses.dataclass
@@ -69,6 +63,14 @@ class PanelValues:
         """``DeepSpeedPlugin`` keyword arguments (empty without DeepSpeed)."""
         return plugin_arguments(self)
 
+    def deepspeed_mapping(self) -> dict[str, Any]:
+        """The ``deepspeed_config`` mapping these values stand for (empty without DeepSpeed):
+        the plugin's arguments under the file's keys."""
+        arguments = plugin_arguments(self)
+        if "hf_ds_config" in arguments:
+            return {"deepspeed_config_file": arguments["hf_ds_config"]}
+        return arguments
+
     def fsdp_mapping(self) -> dict[str, Any]:
         """The ``fsdp_config`` mapping these values stand for (empty without FSDP)."""
         if not self.use_fsdp:
@@ -94,6 +96,8 @@ class PanelValues:
             return "XLA"
         if self.use_fsdp:
             return "FSDP"
+        if self.use_deepspeed:
+            return "DEEPSPEED"
         hosts = self.host_list()
         machines = len(hosts) if isinstance(hosts, list) else self.num_machines
         if self.num_processes * machines == 1:
@@ -105,10 +109,7 @@ class PanelValues:
 
         Raises:
             ValueProblem: naming the key whose value is wrong (see :func:`validate` first).
-            ConfigError: DeepSpeed is chosen (:data:`DEEPSPEED_NOT_SAVED`).
         """
-        if self.use_deepspeed:
-            raise ConfigError(DEEPSPEED_NOT_SAVED)
         return ConfigFile(
             distributed_type=self.distributed_type(),
             mixed_precision=self.mixed_precision,
@@ -120,6 +121,7 @@ class PanelValues:
             main_process_port=self.main_process_port or None,
             gpu_ids="all" if self.device == "gpu" else None,
             fsdp_config=FsdpConfig(self.fsdp_mapping()),
+            deepspeed_config=DeepSpeedConfig(self.deepspeed_mapping()),
             gradient_accumulation_steps=self.gradient_accumulation_steps,
             start_method=self.start_method,
             max_restarts=self.max_restarts,
@@ -174,6 +176,13 @@ class PanelValues:
                     setattr(values, key, value)
             if "fsdp_version" not in fsdp:
                 values.fsdp_version = 1
+        if config.distributed_type == "DEEPSPEED":
+            values.use_deepspeed = True
+            names = {f.name for f in dataclasses.fields(cls)}
+            for key, value in config.deepspeed_config.values.items():
+                name = key if key.startswith("deepspeed_") else f"deepspeed_{key}"
+                if name in names:  # the keys the panel has no field for stay out of the form
+                    setattr(values, name, value)
         return values
 
 

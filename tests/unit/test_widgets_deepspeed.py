@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from nbaccel import DeepSpeedPlugin, DistributedType
-from nbaccel.config import ConfigError
 from nbaccel.deepspeed.checks import check_offload_device, check_stage
 from nbaccel.launch.events import EngineEvent
 from nbaccel.launch.protocol import Notice, decode, encode
@@ -212,17 +211,24 @@ def test_fp8_is_refused_with_the_plugins_message(tmp_path: Path) -> None:
     assert panel.errors == {}
 
 
-def test_save_says_it_does_not_save_deepspeed_settings_and_writes_nothing(
-    tmp_path: Path,
-) -> None:
+def test_save_writes_the_deepspeed_section_and_load_reads_it_back(tmp_path: Path) -> None:
     panel = _panel(tmp_path)
     panel.sharding = "deepspeed"
+    panel.deepspeed_zero_stage = 3
+    panel.deepspeed_offload_optimizer_device = "cpu"
+    panel.deepspeed_zero3_save_16bit_model = True
     assert panel.errors == {} and not panel.buttons["Launch"].disabled
     panel.buttons["Save"].click()
-    assert "does not save DeepSpeed settings" in panel.status_text.value
-    assert not (tmp_path / "c.yaml").exists()
-    with pytest.raises(ConfigError, match="Show code's DeepSpeedPlugin"):
-        _ = panel.config
+    written = (tmp_path / "c.yaml").read_text()
+    assert "distributed_type: DEEPSPEED" in written and "zero_stage: 3" in written, written
+    config = panel.config
+    assert config.distributed_type == "DEEPSPEED"
+    assert config.deepspeed_config.values["offload_optimizer_device"] == "cpu"
+    fresh = _panel(tmp_path)
+    fresh.buttons["Load"].click()
+    assert fresh.sharding == "deepspeed" and fresh.deepspeed_zero_stage == 3
+    assert fresh.deepspeed_offload_optimizer_device == "cpu"
+    assert fresh.deepspeed_zero3_save_16bit_model is True
 
 
 # -- "Show code" -------------------------------------------------------------------------------
