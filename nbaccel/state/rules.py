@@ -80,8 +80,8 @@ def deepspeed_plugins_in_use(
         "DeepSpeed was asked for, but this process was started on its own (no launcher), so "
         "it trains without DeepSpeed: distributed_type is NO and prepare() returns the model "
         "as it is. To train with DeepSpeed, run the training function with "
-        "notebook_launcher(function, num_processes=2) (or `nbaccel launch`, torchrun); one "
-        "launched process works too.",
+        "notebook_launcher(function, num_processes=2) (or `nbaccel launch`, torchrun; with "
+        "num_processes=1 notebook_launcher runs the function here, in this process).",
         UserWarning,
         stacklevel=_STACKLEVEL,
     )
