@@ -104,10 +104,11 @@ def prepare_with_deepspeed(
     if model is not None:  # checked before anything moves; initialize fills the config
         preparer._check_new(model, "model")
         _check_optimizer_trains(model, found.optimizer)
-        preparer.precision.wrap_forward(model)
     engine, optimizer, scheduler = strategy.initialize(
         found, accumulation_steps, preparer.precision.in_effect
     )
+    if model is not None:  # autocast around the forward once the engine exists (a refused
+        preparer.precision.wrap_forward(model)  # prepare() leaves the model as it was)
     result = list(objects)
     for index, kind in enumerate(kinds):
         if kind == "loader":
