@@ -21,6 +21,7 @@ __all__ = [
     "initialize_engine",
     "offload_optimizer",
     "prebuild_ops",
+    "share_master_partitions",
 ]
 
 EXTRA = "pip install 'nbaccel[deepspeed]'"
@@ -119,6 +120,35 @@ def initialize_engine(**kwargs: Any) -> tuple[Any, Any, Any]:
             raise
         raise _compiler_error(exc) from exc
     return engine, optimizer, scheduler
+
+
+def share_master_partitions(engine: Any) -> int:
+    """Under ZeRO-3, let the optimizer step the parameter shards themselves where they are
+    already its master weights (the same dtype on the same device, no offload, no NVMe): one
+    copy of the shard instead of two. DeepSpeed means to do this (it keeps one copy when the
+    dtype and device agree) but compares a device with its name, so it always keeps two.
+    The optimizer's state and parameter groups keep their tensors; only the memory behind
+    the second copy is given back. Returns the bytes given back (0 when nothing applies)."""
+    zero = getattr(engine, "optimizer", None)
+    shards = getattr(zero, "fp16_partitioned_groups_flat", None)
+    masters = getattr(zero, "fp32_partitioned_groups_flat", None)
+    if not shards or not masters or len(shards) != len(masters):
+        return 0
+    if getattr(zero, "offload_optimizer", False) or getattr(zero, "offload_param", False):
+        return 0
+    freed = 0
+    for shard, master in zip(shards, masters, strict=True):
+        if not (torch.is_tensor(shard) and torch.is_tensor(master)):
+            continue
+        if (shard.dtype, shard.device, shard.shape) != (master.dtype, master.device, master.shape):
+            continue
+        if shard.data_ptr() == master.data_ptr() or not shard.is_contiguous():
+            continue
+        if not torch.equal(shard, master):  # not a copy of the shard: leave both alone
+            continue
+        freed += master.numel() * master.element_size()
+        master.data = shard.data
+    return freed
 
 
 class DeepSpeedEngineWrapper:

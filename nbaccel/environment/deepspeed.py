@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ._vars import _bool_var, _environ
+from .launch import read_launch_environment
 
 __all__ = [
     "choose_deepspeed_accelerator",
@@ -80,9 +81,15 @@ def deepspeed_launch_variables(settings: Mapping[str, Any]) -> dict[str, str]:
 def choose_deepspeed_accelerator(device_type: str) -> None:
     """Tell DeepSpeed (before its import) that this process trains on the CPU, unless the user
     chose already (``DS_ACCELERATOR``): it then neither guesses nor warns, and a process asked
-    to run on the CPU on a GPU machine (``cpu=True``) keeps DeepSpeed there too."""
+    to run on the CPU on a GPU machine (``cpu=True``) keeps DeepSpeed there too.
+
+    On the CPU, DeepSpeed counts its devices from ``LOCAL_SIZE`` (its own launcher sets it),
+    else by running ``numactl --hardware``, which ZeRO-3 does at every step: the launch's
+    processes on this machine are set as ``LOCAL_SIZE`` when the user has not set it."""
     if device_type == "cpu":
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        local_size = read_launch_environment().local_world_size
+        os.environ.setdefault("LOCAL_SIZE", str(max(local_size, 1)))
 
 
 def deepspeed_ops_folder(environ: Mapping[str, str] | None = None) -> str:

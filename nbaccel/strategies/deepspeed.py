@@ -26,6 +26,7 @@ from ..deepspeed.engine import (
     import_deepspeed,
     initialize_engine,
     offload_optimizer,
+    share_master_partitions,
 )
 from ..deepspeed.plugin import DeepSpeedPlugin
 from ..environment import (
@@ -84,6 +85,7 @@ class DeepSpeedStrategy(Strategy):
         elif optimizer is not None:
             kwargs["optimizer"] = self._offloaded(optimizer, plugin)
         engine, ds_optimizer, ds_scheduler = initialize_engine(**kwargs)
+        share_master_partitions(engine)
         self.engines.append(engine)
         if self.wrapped is None:
             self.wrapped = DeepSpeedEngineWrapper(engine)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import traceback
 import warnings
 from collections.abc import Callable
@@ -117,6 +118,16 @@ def stage_check(stage: int) -> Callable[[str], None]:
         assert engine.zero_optimization_stage() == stage
         assert acc.state.deepspeed_plugin.zero_stage == stage
         assert isinstance(acc.unwrap_model(engine), Net)
+        if stage == 3:  # fp32 shards are the optimizer's master weights: one copy, not two
+            zero = engine.optimizer
+            pairs = list(
+                zip(
+                    zero.fp16_partitioned_groups_flat,
+                    zero.fp32_partitioned_groups_flat,
+                    strict=True,
+                )
+            )
+            assert pairs and all(shard.data_ptr() == master.data_ptr() for shard, master in pairs)
         train(acc, engine, opt, data)
         same(acc.get_state_dict(engine), reference())
 
@@ -172,6 +183,31 @@ def bf16_trains_in_bf16(root: str) -> None:
     weights = acc.get_state_dict(engine)
     assert all(v.dtype == torch.bfloat16 for v in weights.values())
     same(weights, reference(), atol=0.03)  # bf16 rounding of 8 AdamW steps, not a divergence
+
+
+@check
+def deepspeed_counts_this_machines_ranks(root: str) -> None:
+    from deepspeed.accelerator import get_accelerator
+
+    prepared(DeepSpeedPlugin(zero_stage=3))
+    local = str(PartialState().num_processes)  # one machine here
+    assert os.environ["LOCAL_SIZE"] == local, os.environ.get("LOCAL_SIZE")
+    assert get_accelerator().device_count() == int(local)  # not from `numactl` at each step
+
+
+@check
+def zero3_in_bf16_keeps_fp32_masters_apart(root: str) -> None:
+    acc, engine, opt, data = prepared(DeepSpeedPlugin(zero_stage=3), mixed_precision="bf16")
+    zero = engine.optimizer
+    pairs = list(
+        zip(zero.fp16_partitioned_groups_flat, zero.fp32_partitioned_groups_flat, strict=True)
+    )
+    assert pairs
+    for shard, master in pairs:
+        assert (shard.dtype, master.dtype) == (torch.bfloat16, torch.float32)
+        assert shard.data_ptr() != master.data_ptr()
+    train(acc, engine, opt, data)
+    same(acc.get_state_dict(engine), reference(), atol=0.03)
 
 
 @check
