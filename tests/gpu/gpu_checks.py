@@ -194,7 +194,7 @@ def checkpoint() -> dict[str, Any]:
 @check
 def banner() -> dict[str, Any]:
     from nbaccel.launch.config import LaunchConfig
-    from nbaccel.launch.parent.attempt import banner as launch_banner
+    from nbaccel.launch.parent.banner import banner as launch_banner
 
     text = launch_banner(LaunchConfig.build(num_processes=1), "spawn")
     return {"banner": text, "name": torch.cuda.get_device_name(0)}

@@ -171,6 +171,7 @@ def test_a_remote_ranks_variables_copy_the_allow_list_and_env_wins(
     its paths or its own launch's variables), the launch variables, ``env=`` above both, and
     the store's secret, which ``env=`` cannot replace."""
     from nbaccel.launch.parent.hoststart import HostAgents, host_spec
+    from nbaccel.launch.parent.placement import RankWork
     from nbaccel.launch.spec import WorkerMode
 
     for name, value in {
@@ -188,7 +189,7 @@ def test_a_remote_ranks_variables_copy_the_allow_list_and_env_wins(
         cpu=True,
     )
     up = HostAgents(config, [], "203.0.113.11", 29400)
-    env = host_spec(up, 3, 0, False, WorkerMode.LAUNCH).env
+    env = host_spec(up, 3, 0, False, RankWork(WorkerMode.LAUNCH)).env
     assert env["NCCL_DEBUG"] == "WARN" and env["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL"
     assert env["WANDB_MODE"] == "offline"
     assert "HF_HOME" not in env and "TORCHELASTIC_RUN_ID" not in env

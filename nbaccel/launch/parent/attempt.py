@@ -5,18 +5,13 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 import cloudpickle
 
-from ...config.deepspeed import DeepSpeedConfig
-from ...config.fsdp import FsdpConfig
-from ...environment import hardware_description
 from ..config import LaunchConfig
 from ..nodes.meeting import Meeting, meet_machines
 from ..nodes.peers import NodeWatch
-from ..nodes.rendezvous import LOOPBACK, StoreHost
 from ..spec import WorkerMode, WorkerSpec
 from .dashboards import StopFlag
 from .errors import (
@@ -28,30 +23,12 @@ from .errors import (
     root_cause,
 )
 from .launchgroup import GroupOutcome, LaunchGroup
-from .localranks import LocalRanks, worker_env
+from .placement import PlaceRequest, RankWork
+from .places import place
 from .poolerrors import add_note
-from .taskpipes import TaskPipes
 from .watch import stall_error, where_note
 
-__all__ = ["LaunchPlan", "banner"]
-
-
-def banner(config: LaunchConfig, method: str, verb: str = "Launching") -> str:
-    """The line printed before the workers start: how many, on what hardware, how."""
-    backend = "gloo" if config.cpu else "nccl"
-    where = hardware_description(gpus=not config.cpu)
-    nodes = f" on node {config.node_rank} of {config.num_nodes}" if config.multi_node else ""
-    precision = ""
-    if config.mixed_precision != "no":
-        precision = f", mixed precision {config.mixed_precision}"
-        if config.precision_falls_back:  # the warning above says why
-            precision += " (trains in fp32 on the CPU)"
-    count = config.num_processes
-    if config.fsdp_config is not None:
-        precision += f", FSDP ({FsdpConfig(config.fsdp_config).describe(config.cpu)})"
-    if config.deepspeed_config is not None:
-        precision += f", DeepSpeed ({DeepSpeedConfig(config.deepspeed_config).describe()})"
-    return f"{verb} {count} processes on {where}{nodes} with {method} ({backend}){precision}."
+__all__ = ["LaunchPlan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,43 +65,35 @@ class LaunchPlan:
         config = self.config
         if config.multi_node:
             with meet_machines(config, attempt) as meeting:
-                return self._run_group(meeting.config, attempt, meeting.port, meeting)
-        wait_for = timedelta(seconds=config.rendezvous_timeout)
-        with StoreHost(LOOPBACK, config.use_port or 0, config.world_size, wait_for) as host:
-            return self._run_group(config, attempt, host.port, None)
+                return self._run_group(meeting.config, attempt, meeting)
+        return self._run_group(config, attempt, None)
 
-    def _run_group(
-        self, config: LaunchConfig, attempt: int, port: int, meeting: Meeting | None
-    ) -> list[Any]:
-        if attempt == 0:
-            print(banner(config, self.method), flush=True)
+    def _run_group(self, config: LaunchConfig, attempt: int, meeting: Meeting | None) -> list[Any]:
         stop = threading.Event()
         watch = _watch(meeting, attempt, stop) if meeting is not None else None
-        local = LocalRanks.prepare(config, self.method, self.on_event, self.line_sink)
-        pipes = TaskPipes(local.ranks.values())  # where each rank is: asked there
+        work = RankWork(WorkerMode.LAUNCH, self.function, self.args, self.kwargs)
+        request = PlaceRequest(config, self.method, attempt, work, self.on_event, self.line_sink)
         try:
-            specs = []
-            for lr, rank in local.ranks.items():
-                env = worker_env(config, rank, lr, port, attempt, self.method, meeting)
-                spec = local.spec(lr, env, WorkerMode.LAUNCH)
-                spec.function, spec.args, spec.kwargs = self.function, self.args, self.kwargs
-                pipes.attach(spec)
-                specs.append(spec)
+            placement = place(request, meeting)
+        except BaseException:
+            if watch is not None:
+                watch.close()
+            raise
+        try:
+            if attempt == 0:
+                print(placement.announce("Launching"), flush=True)
             group = LaunchGroup(
-                specs,
-                local.on_event,
+                placement,
                 config.monitor_interval,
                 config.timeout,
                 attempt=attempt,
                 stop_requested=stop,
                 on_started=self.on_started,
                 on_wait=lambda: self._on_wait(stop, watch),
-                pipes=pipes,
                 stall_timeout=config.stall_timeout,
                 on_stall=config.on_stall,
             )
-            local.start(group.supervisor)
-            pipes.close_child_ends()
+            placement.start(group.supervisor)
             if watch is not None:
                 watch.start()
             try:
@@ -136,12 +105,14 @@ class LaunchPlan:
                     raise problem from None
                 raise
         finally:
-            pipes.close()
-            local.close()
+            placement.close()
             if watch is not None:
                 watch.close()
+        lost = placement.lost(outcome.where, outcome.findings)
+        if lost is not None:
+            raise lost
         try:
-            return self._results(outcome, specs, local.ranks[0], watch)
+            return self._results(outcome, placement.specs, placement.specs[0].rank, watch)
         finally:
             if watch is not None:
                 _leave(watch, meeting)

@@ -34,11 +34,12 @@ from ..config import LaunchConfig
 from ..nodes.peers import MachineLostError
 from ..prefix import format_prefix
 from ..slurmhosts import srun_argv
-from ..spec import WorkerMode, WorkerSpec
+from ..spec import WorkerSpec
 from ..wire import dumps_for_worker
 from .hostlinks import AgentLink, HostError, RemoteLink, ssh_argv
 from .hostwire import Hello, Job, Task
 from .localranks import worker_env
+from .placement import RankWork
 from .supervisor import Starter, WorkerLink
 from .watch import where_note
 from .wheretable import WhereTable
@@ -178,9 +179,7 @@ def host_prefixes(config: LaunchConfig) -> dict[int, str]:
     }
 
 
-def host_spec(
-    up: HostAgents, rank: int, attempt: int, display: bool, mode: WorkerMode
-) -> WorkerSpec:
+def host_spec(up: HostAgents, rank: int, attempt: int, display: bool, work: RankWork) -> WorkerSpec:
     """The spec of one remote rank (its agent fills in the descriptors and the parent)."""
     config = up.config
     hosts = config.hosts
@@ -210,7 +209,7 @@ def host_spec(
         sys_path=list(sys.path),
         cwd=hosts.cwd or os.getcwd(),
         display=display,
-        mode=mode,
+        **work.spec_fields(),
     )
 
 

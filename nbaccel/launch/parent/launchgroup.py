@@ -15,18 +15,16 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..events import RankStateEvent
 from ..location import CollectiveCall
 from ..protocol import Crash, Location, Notice, Reply, WorkerMessage
-from ..spec import WorkerSpec
 from ..states import Fate, RankState
 from .dashboards import StopFlag
 from .errors import LaunchStopped, RankFate
+from .placement import Placement
 from .stalls import Finding
-from .supervisor import Starter, Supervisor, WorkerLink
-from .taskpipes import TaskSender
+from .supervisor import WorkerLink
 from .watch import WhereWatch
 from .wheretable import WhereTable
 
@@ -55,11 +53,11 @@ class GroupOutcome:
 
 
 class LaunchGroup:
-    """The workers of one attempt of a launch on this machine.
+    """The workers of one attempt of a launch, wherever its placement put them.
 
     Args:
-        specs: one spec per local rank.
-        on_event: called in the launcher for every event a worker emits.
+        placement: the ranks, placed (``placement.py``): their specs, how each starts, their
+            task pipes, the relay of their output, the wait hook and the loss check.
         monitor_interval: seconds between checks of the deadline and the stop grace period.
         timeout: seconds after which ranks still running are stopped (None: no limit).
         grace: seconds between SIGTERM and SIGKILL when stopping workers.
@@ -67,21 +65,18 @@ class LaunchGroup:
         stop_requested: when set (from any thread), every worker is stopped as an interrupt
             does (SIGTERM, then SIGKILL after ``grace``) and :meth:`run` raises
             :class:`LaunchStopped`; checked every ``monitor_interval`` seconds.
-        on_started: called once after :meth:`start` with ``{global rank: pid}``.
+        on_started: called once after :meth:`start` with ``{global rank: pid}`` (ranks of this
+            machine only).
         on_wait: called by the supervising thread before each wait (so at least every
             ``monitor_interval`` seconds), e.g. to let a busy Jupyter kernel handle the
             dashboard's Stop click; it may set ``stop_requested``.
-        starter: how each worker starts (see :class:`Supervisor`); default a local child.
-        pipes: the ranks' task pipes (:class:`TaskPipes` here, ``AgentTasks`` through the
-            hosts' agents; None: the ranks cannot be asked where they are).
         stall_timeout: seconds in one collective that count as a stall (None: no watch).
         on_stall: ``"warn"`` or ``"raise"``.
     """
 
     def __init__(
         self,
-        specs: list[WorkerSpec],
-        on_event: Callable[[Any], None] | None = None,
+        placement: Placement,
         monitor_interval: float = 0.1,
         timeout: float | None = None,
         grace: float = 3.0,
@@ -89,27 +84,22 @@ class LaunchGroup:
         stop_requested: StopFlag | None = None,
         on_started: Callable[[dict[int, int]], None] | None = None,
         on_wait: Callable[[], None] | None = None,
-        starter: Starter | None = None,
-        pipes: TaskSender | None = None,
         stall_timeout: float | None = None,
         on_stall: str = "warn",
     ) -> None:
-        self.supervisor = Supervisor(
-            specs,
-            self._on_message,
-            keep_out=pipes.write_fds if pipes is not None else (),
-            on_started=on_started,
-            starter=starter,
-        )
-        self.specs = specs
+        self.placement = placement
+        self.supervisor = placement.supervisor(self._on_message, on_started)
+        self.specs = specs = placement.specs
         self.on_wait = on_wait
         self.stop_requested = stop_requested
-        self.on_event = on_event
+        self.on_event = placement.on_event
         self.monitor_interval = monitor_interval
         self.timeout = timeout
         self.grace = grace
         self.attempt = attempt
-        self.fates = {s.rank: RankFate(s.rank, s.local_rank) for s in specs}
+        self.fates = {
+            s.rank: RankFate(s.rank, s.local_rank, host=placement.host_of(s.rank)) for s in specs
+        }
         self.results: dict[int, bytes] = {}
         self._stop_at: float | None = None
         self._killed = False  # the launcher has sent SIGKILL
@@ -117,7 +107,7 @@ class LaunchGroup:
         self._explain = False  # say what went wrong, once every rank's error is in
         self.watch = WhereWatch(
             [s.rank for s in specs],
-            pipes.send_quietly if pipes is not None else None,
+            placement.pipes.send_quietly,
             self._live,
             self._states,
             self.supervisor.pump,
@@ -174,6 +164,7 @@ class LaunchGroup:
         started = time.monotonic()
         timed_out = False
         while not supervisor.all_finished():
+            self.placement.before_wait()
             if self.on_wait is not None:
                 self.on_wait()
             if self.stop_requested is not None and self.stop_requested.is_set():

@@ -1,18 +1,18 @@
-"""The one set-up path of this machine's ranks, for a launch's attempt and a pool's generation.
+"""The placement of ranks on this machine: child processes of the notebook, forked or spawned.
 
-Both need the same things before a worker starts: each rank's launch variables, its output
-prefix, the relay its output flows into, the renderer that draws its rich output in the cell,
-and its :class:`WorkerSpec`; then the start itself, in the one order that is safe (fork before
-the relay's reader thread exists).
+Before a worker starts it needs its launch variables (:func:`worker_env`), its output prefix,
+the relay its output flows into, the renderer that draws its rich output in the cell, its task
+pipe and its ``WorkerSpec``; the ranks meet at a store this placement hosts on loopback, or,
+with ``num_nodes > 1``, at the store of the machines' meeting. The start runs in the one order
+that is safe: fork before the relay's reader thread exists.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, TextIO
+from datetime import timedelta
 
 from ...config.deepspeed import DeepSpeedConfig
 from ...config.fsdp import FsdpConfig
@@ -24,92 +24,108 @@ from ...environment import (
 )
 from ..config import LaunchConfig
 from ..nodes.meeting import Meeting, gloo_interface
-from ..nodes.rendezvous import LOOPBACK
+from ..nodes.rendezvous import LOOPBACK, StoreHost
 from ..prefix import format_prefix
-from ..spec import WorkerMode, WorkerSpec
+from ..spec import WorkerSpec
+from .banner import banner
+from .placement import Placement, PlaceRequest
 from .relay import OutputRelay
-from .render import CellRenderer, cell_renderer
+from .render import cell_renderer
 from .supervisor import Supervisor
+from .taskpipes import TaskPipes
 
-__all__ = ["LocalRanks", "worker_env"]
+__all__ = ["ThisMachine", "worker_env"]
 
 
-@dataclass
-class LocalRanks:
-    """This machine's ranks of one launch attempt or pool generation, before and after start.
+class ThisMachine(Placement):
+    """This machine's ranks of one launch attempt or pool generation.
 
-    Attributes:
-        config: the validated settings.
-        method: ``"fork"`` or ``"spawn"``.
-        ranks: local rank -> global rank.
-        relay: where the ranks' output goes (prefixed, whole lines).
-        renderer: draws rank 0's (``display_ranks``') rich output in the cell; None outside a
-            Jupyter kernel.
-        on_event: the owner's ``on_event`` behind the renderer (display events drawn first).
+    Args:
+        request: what to place (``placement.PlaceRequest``).
+        meeting: the machines' meeting of a ``num_nodes > 1`` launch (None: this placement
+            hosts the store on loopback).
     """
 
-    config: LaunchConfig
-    method: str
-    ranks: dict[int, int]
-    relay: OutputRelay
-    renderer: CellRenderer | None
-    on_event: Callable[[Any], None] | None
-
-    @classmethod
-    def prepare(
-        cls,
-        config: LaunchConfig,
-        method: str,
-        on_event: Callable[[Any], None] | None,
-        line_sink: Callable[[int, str, str], None] | None,
-        streams: tuple[TextIO, TextIO] | None = None,
-    ) -> LocalRanks:
-        """The relay and renderer of this machine's ranks (nothing is started yet)."""
-        first = config.node_rank * config.num_processes
-        ranks = {lr: first + lr for lr in range(config.num_processes)}
-        prefixes = {
-            lr: format_prefix(
-                config.log_line_prefix_template, rank=r, local_rank=lr, node_rank=config.node_rank
+    def __init__(self, request: PlaceRequest, meeting: Meeting | None = None) -> None:
+        self.method = method = request.method
+        self.store: StoreHost | None = None
+        config = request.config
+        if meeting is None:
+            wait_for = timedelta(seconds=config.rendezvous_timeout)
+            self.store = StoreHost(LOOPBACK, config.use_port or 0, config.world_size, wait_for)
+            port = self.store.port
+        else:
+            config, port = meeting.config, meeting.port
+        try:
+            first = config.node_rank * config.num_processes
+            ranks = {lr: first + lr for lr in range(config.num_processes)}
+            prefixes = {
+                lr: format_prefix(
+                    config.log_line_prefix_template,
+                    rank=r,
+                    local_rank=lr,
+                    node_rank=config.node_rank,
+                )
+                for lr, r in ranks.items()
+            }
+            out, err = request.streams if request.streams is not None else (None, None)
+            relay = OutputRelay(prefixes, out, err, line_sink=request.line_sink)
+            renderer = cell_renderer(config.display_ranks, ranks, prefixes, relay.drain)
+            on_event = request.on_event
+            chained = renderer.chain(on_event) if renderer is not None else on_event
+            pipes = TaskPipes(ranks.values())
+        except BaseException:
+            if self.store is not None:
+                self.store.close()
+            raise
+        specs = []
+        for lr, rank in ranks.items():
+            out_fd, err_fd = relay.child_fds(lr)
+            env = worker_env(config, rank, lr, port, request.attempt, method, meeting)
+            specs.append(
+                WorkerSpec(
+                    rank=rank,
+                    local_rank=lr,
+                    env=env,
+                    stdout_fd=out_fd,
+                    stderr_fd=err_fd,
+                    start_method=method,
+                    parent_pid=os.getpid(),
+                    num_threads=config.threads_per_process(user_thread_count()),
+                    sys_path=list(sys.path),
+                    cwd=os.getcwd(),
+                    display=renderer is not None,
+                    task_fd=pipes.read_fd(rank),
+                    **request.work.spec_fields(),
+                )
             )
-            for lr, r in ranks.items()
-        }
-        out, err = streams if streams is not None else (None, None)
-        relay = OutputRelay(prefixes, out, err, line_sink=line_sink)
-        renderer = cell_renderer(config.display_ranks, ranks, prefixes, relay.drain)
-        chained = renderer.chain(on_event) if renderer is not None else on_event
-        return cls(config, method, ranks, relay, renderer, chained)
+        super().__init__(config, specs, relay, renderer, chained, pipes)
+        self._task_pipes = pipes
 
-    def spec(self, local_rank: int, env: dict[str, str], mode: WorkerMode) -> WorkerSpec:
-        """The spec of one worker writing into the relay (a launch's caller sets its task)."""
-        out_fd, err_fd = self.relay.child_fds(local_rank)
-        return WorkerSpec(
-            rank=self.ranks[local_rank],
-            local_rank=local_rank,
-            env=env,
-            stdout_fd=out_fd,
-            stderr_fd=err_fd,
-            start_method=self.method,
-            parent_pid=os.getpid(),
-            num_threads=self.config.threads_per_process(user_thread_count()),
-            sys_path=list(sys.path),
-            cwd=os.getcwd(),
-            display=self.renderer is not None,
-            mode=mode,
-        )
+    def announce(self, verb: str) -> str:
+        return banner(self.config, self.method, verb)
 
     def start(self, supervisor: Supervisor) -> None:
         """Start the workers, then the relay's reader (a fork must not copy its thread)."""
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        supervisor.start()
-        self.relay.close_child_ends()
-        self.relay.start()
+        self._flush()
+        try:
+            supervisor.start()
+            self.relay.close_child_ends()
+            self.relay.start()
+        finally:
+            self._task_pipes.close_child_ends()
 
     def close(self) -> None:
-        """Stream what is left and stop drawing."""
-        self.relay.close()
-        if self.renderer is not None:
-            self.renderer.close()
+        """Close the task pipes, stream what output is left, stop drawing, end the store."""
+        try:
+            self.pipes.close()
+            self.relay.close()
+            if self.renderer is not None:
+                self.renderer.close()
+        finally:
+            if self.store is not None:
+                with contextlib.suppress(Exception):
+                    self.store.close()
 
 
 def worker_env(

@@ -18,7 +18,6 @@ from ..states import RankState
 from .attempt import LaunchPlan
 from .dashboards import Board, open_dashboard
 from .errors import LaunchStopped, WorkerError
-from .hostplan import HostsPlan
 from .variables import temporary_environment
 from .xla import launch_xla
 
@@ -181,20 +180,8 @@ def _dispatch(
     """Run the launch on the path the config asks for (TPU, in this process, or workers)."""
     if config.accelerator == "xla":
         return launch_xla(function, call_args, call_kwargs, config)
-    if config.hosts is not None:  # every machine started from here, over ssh
-        hosts_plan = HostsPlan(
-            function,
-            call_args,
-            call_kwargs,
-            config,
-            "fork",  # what each host's agent does
-            on_event,
-            line_sink=board.line_sink if board else None,
-            stop_requested=board.stop_requested if board else None,
-            on_wait=board.on_wait if board else None,
-        )
-        return _with_restarts(hosts_plan.run, config, restartable=_is_rank_failure)
-    if config.num_processes == 1 and not config.multi_node:
+    remote = config.hosts is not None  # every host's agent forks its ranks
+    if config.num_processes == 1 and not config.multi_node and not remote:
         return _with_restarts(
             lambda attempt: [
                 _run_here(function, call_args, call_kwargs, config, attempt, on_event)
@@ -207,7 +194,7 @@ def _dispatch(
         call_args,
         call_kwargs,
         config,
-        _start_method(config),
+        "fork" if remote else _start_method(config),
         on_event,
         line_sink=board.line_sink if board else None,
         stop_requested=board.stop_requested if board else None,

@@ -11,7 +11,6 @@ from ..events import TaskEvent
 from ..guard import choose_start_method
 from ..protocol import TaskReply
 from ..tasks import CallTask, CellTask, PullTask, PushTask, encode_task
-from .attempt import banner
 from .dashboards import open_dashboard
 from .notebook import refuse_existing_state
 from .poolerrors import (
@@ -143,8 +142,6 @@ class WorkerPool:
         self._task_id = 0
         if board is not None:
             board.begin(self.config)
-        if not remote:  # on hosts, the group says it once their agents have answered
-            print(banner(self.config, self.method, verb="Starting a pool of"), flush=True)
         try:
             self._life.start()
         except BaseException as exc:

@@ -8,12 +8,10 @@ import sys
 import time
 import weakref
 from collections.abc import Callable, Collection
-from datetime import timedelta
 from multiprocessing.connection import wait
 from typing import Any, TextIO, cast
 
 from ..config import LaunchConfig
-from ..nodes.rendezvous import LOOPBACK, StoreHost
 from ..protocol import (
     Crash,
     Location,
@@ -31,11 +29,11 @@ from ..states import Fate
 from .dashboards import StopFlag
 from .errors import RankFate, build_error
 from .launchgroup import raised_in
-from .localranks import LocalRanks, worker_env
+from .placement import Placement, PlaceRequest, RankWork
+from .places import place
 from .poolerrors import RankDied, RanksStuck
 from .stalls import Finding
 from .supervisor import Supervisor, WorkerLink
-from .taskpipes import TaskPipes, TaskSender
 from .watch import WhereWatch
 from .wheretable import WhereTable
 
@@ -64,7 +62,7 @@ class CurrentStream:
 
 
 class PoolGroup:
-    """The processes of one generation of a pool, with their store, relay and renderer.
+    """The processes of one generation of a pool, wherever its placement puts them.
 
     Args:
         config: the pool's validated settings.
@@ -88,17 +86,15 @@ class PoolGroup:
         self.user_on_event = on_event
         self.line_sink = line_sink
         self.ranks = list(range(config.world_size))
-        self.host: StoreHost | None = None
-        self.local: LocalRanks | None = None
+        self.placement: Placement | None = None
         self.on_event = on_event
         self.supervisor: Supervisor | None = None
-        self.pipes: TaskSender = self._task_pipes()
         self.replies: dict[int, TaskReply] = {}
         self.ready: dict[int, Ready] = {}
         self.crashed: dict[int, RemoteException] = {}
         self.watch = WhereWatch(
             self.ranks,
-            self.pipes.send_quietly,
+            self._send_quietly,
             self._live,
             self._states,
             self.pump,
@@ -106,39 +102,32 @@ class PoolGroup:
             config.on_stall,
         )
 
-    def _task_pipes(self) -> TaskSender:
-        """One pipe per local rank (another host's ranks get theirs through its agent)."""
-        return TaskPipes(self.ranks)
-
     def host_of(self, rank: int) -> str:
         """The ``hosts=`` entry that runs ``rank`` (empty: this machine)."""
-        return ""
+        return self.placement.host_of(rank) if self.placement is not None else ""
 
     # -- start -------------------------------------------------------------------------------
     def start(self, timeout: float) -> None:
-        """Start every worker and wait (up to ``timeout`` s) until each has joined the group."""
-        deadline = time.monotonic() + timeout  # counted from before the fork
-        config = self.config
-        wait_for = timedelta(seconds=config.rendezvous_timeout)
-        self.host = StoreHost(LOOPBACK, config.use_port or 0, config.world_size, wait_for)
+        """Place the ranks (on another host: its agent is started and checked first), start
+        them, and wait (up to ``timeout`` s from now) until each has joined the group."""
+        deadline = time.monotonic() + timeout  # counted from before anything starts
         streams = (cast(TextIO, CurrentStream("stdout")), cast(TextIO, CurrentStream("stderr")))
-        self.local = local = LocalRanks.prepare(
-            config, self.method, self.user_on_event, self.line_sink, streams
+        request = PlaceRequest(
+            self.config,
+            self.method,
+            self.generation,
+            RankWork(WorkerMode.POOL),
+            self.user_on_event,
+            self.line_sink,
+            streams,
         )
-        self.on_event = local.on_event
-        pipes = self.pipes
-        assert isinstance(pipes, TaskPipes)
-        specs = []
-        for rank in self.ranks:
-            env = worker_env(config, rank, rank, self.host.port, self.generation, self.method)
-            spec = local.spec(rank, env, WorkerMode.POOL)
-            pipes.attach(spec)
-            specs.append(spec)
-        self.supervisor = Supervisor(specs, self._on_message, keep_out=pipes.write_fds)
-        try:
-            local.start(self.supervisor)
-        finally:
-            pipes.close_child_ends()
+        self.placement = placement = place(request)
+        self.config = placement.config  # with what the place decided (the hosts' device)
+        self.on_event = placement.on_event
+        if self.generation == 0:
+            print(placement.announce("Starting a pool of"), flush=True)
+        self.supervisor = placement.supervisor(self._on_message)
+        placement.start(self.supervisor)
         self._wait_ready(timeout, deadline)
 
     def _wait_ready(self, timeout: float, deadline: float) -> None:
@@ -165,8 +154,14 @@ class PoolGroup:
 
     # -- messages ----------------------------------------------------------------------------
     def send(self, message: bytes, ranks: Collection[int]) -> None:
-        """Write one pipe message to each rank in ``ranks``."""
-        self.pipes.send(message, ranks)
+        """Write one pipe message to each rank in ``ranks`` (``OSError``: a rank is gone)."""
+        if self.placement is None:
+            raise OSError("the pool's ranks are not started")
+        self.placement.pipes.send(message, ranks)
+
+    def _send_quietly(self, message: bytes, ranks: Collection[int]) -> None:
+        if self.placement is not None:
+            self.placement.pipes.send_quietly(message, ranks)
 
     def pump(self, timeout: float) -> None:
         """Wait up to ``timeout`` s and handle every message and exit that arrived."""
@@ -187,11 +182,13 @@ class PoolGroup:
             self.crashed[message.rank] = message.error
 
     def before_wait(self) -> None:
-        """Called before each wait of a call (ranks on other machines: their memory)."""
+        """Called before each wait of a call: the placement's wait hook."""
+        if self.placement is not None:
+            self.placement.before_wait()
 
     def memory_elsewhere(self) -> dict[int, int]:
-        """Rank -> RSS of ranks on other machines (none here: this machine's are read by pid)."""
-        return {}
+        """Rank -> RSS of ranks on other machines (this machine's are read by pid)."""
+        return self.placement.memory_elsewhere() if self.placement is not None else {}
 
     def check_alive(self) -> None:
         """Raise :class:`RankDied` when a worker has ended (or its message pipe closed)."""
@@ -221,6 +218,9 @@ class PoolGroup:
             else:
                 fate.state = Fate.STOPPED
             fates.append(fate)
+        lost = self.placement.lost() if self.placement is not None else None
+        if lost is not None:  # a machine was lost: say so, not its ranks' symptoms
+            raise RankDied(lost, fates)
         cause = next(f for f in fates if f.failed)
         raise RankDied(build_error(cause, fates), fates)
 
@@ -330,9 +330,8 @@ class PoolGroup:
 
     def drain(self) -> None:
         """Stream every whole line the ranks have written so far."""
-        if self.local is not None:
-            for rank in self.ranks:
-                self.local.relay.drain(rank)
+        if self.placement is not None:
+            self.placement.drain()
 
     # -- end ---------------------------------------------------------------------------------
     def close(self, grace: float = 3.0) -> None:
@@ -348,16 +347,15 @@ class PoolGroup:
             self._release()
 
     def _release(self) -> None:
-        if self.supervisor is not None:
-            try:
-                self.supervisor.kill_all(grace=0.5)
-            finally:
-                self.supervisor.release()
-        self.pipes.close()
-        if self.local is not None:
-            self.local.close()
-        if self.host is not None:
-            self.host.close()
+        try:
+            if self.supervisor is not None:
+                try:
+                    self.supervisor.kill_all(grace=0.5)
+                finally:
+                    self.supervisor.release()
+        finally:
+            if self.placement is not None:
+                self.placement.close()
 
 
 def weak_forward(life: Any) -> Callable[[Any], None]:

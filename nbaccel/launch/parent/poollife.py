@@ -26,7 +26,6 @@ from .poolerrors import (
     restart_failed,
 )
 from .poolgroup import PoolGroup, close_groups_quietly, weak_forward
-from .poolhosts import HostsPoolGroup
 from .poolstatus import RankBook
 
 __all__ = ["PoolLife", "finalize_with"]
@@ -74,8 +73,7 @@ class PoolLife:
         if self.board is not None:
             on_event = self.board.dashboard.chain(on_event)
             line_sink = self.board.line_sink
-        kind = HostsPoolGroup if self.config.hosts is not None else PoolGroup
-        group = kind(self.config, self.method, self.generation, on_event, line_sink)
+        group = PoolGroup(self.config, self.method, self.generation, on_event, line_sink)
         self.holder[:] = [group]
         try:
             group.start(self.start_timeout)

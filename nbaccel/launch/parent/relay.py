@@ -109,6 +109,10 @@ class OutputRelay:
             self._close_fds()
             raise
 
+    def ranks(self) -> list[int]:
+        """The ranks this relay has pipes for (the keys of ``prefixes``)."""
+        return list(self._pipes)
+
     def _all_pipes(self) -> list[_Pipe]:
         return [pipe for pair in self._pipes.values() for pipe in pair]
 

@@ -31,9 +31,7 @@ class WorkerLink(Protocol):
     process plugs in (``docs/architecture.md``, "Where a remote host plugs in").
 
     ``processes.WorkerHandle`` is the local one: a forked or spawned child, its message pipe
-    and its pidfd. A remote host's agent would give each of its ranks a link whose ``conn``
-    delivers that rank's encoded messages and whose ``sentinel`` becomes readable when the
-    rank ends.
+    and its pidfd; ``hostlinks.RemoteLink`` is a rank another host's agent runs.
     """
 
     spec: WorkerSpec
@@ -70,8 +68,7 @@ class Supervisor:
             write ends of the task pipes).
         on_started: called once after :meth:`start` with ``{global rank: pid}``.
         starter: starts one worker and returns its link; default ``processes.start_worker``
-            (a local child). A launch on other machines passes ``hostplan``'s, whose links
-            are ranks run by a host's agent.
+            (a local child). A placement may give its own (``Placement.starter``).
     """
 
     def __init__(

@@ -15,8 +15,6 @@ from collections.abc import Collection, Iterable
 from multiprocessing.connection import Connection
 from typing import Protocol
 
-from ..spec import WorkerSpec
-
 __all__ = ["TaskPipes", "TaskSender"]
 
 
@@ -48,9 +46,9 @@ class TaskPipes:
             self._writers[rank] = Connection(write_fd, readable=False)
             self._readers[rank] = read_fd
 
-    def attach(self, spec: WorkerSpec) -> None:
-        """Give ``spec``'s worker the read end of its pipe."""
-        spec.task_fd = self._readers[spec.rank]
+    def read_fd(self, rank: int) -> int:
+        """The read end of ``rank``'s pipe, for its worker's spec (``WorkerSpec.task_fd``)."""
+        return self._readers[rank]
 
     @property
     def write_fds(self) -> tuple[int, ...]:
