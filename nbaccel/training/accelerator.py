@@ -1,9 +1,13 @@
 """The Accelerator: it builds its parts and hands each call to the part that owns the state
 involved (preparer, precision, training steps, checkpointer, tracking, collectives, trigger,
-uneven inputs, parallel view; process control is the state's). See docs/architecture.md."""
+uneven inputs, parallel view; process control is the state's). A call it only passes on is
+a method written out with the part's signature, documented by the part's method through
+``documented_by``, here or in the base class of its part's area (``facade_*.py``). See
+docs/architecture.md."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from typing import Any
 
@@ -14,6 +18,7 @@ from ..data import DataLoaderConfiguration, skip_first_batches
 from ..enums import DynamoBackend, RNGType
 from ..kwargs_handlers import AutocastKwargs, KwargsHandler
 from ..modeling import recompiled
+from ..optim import AcceleratedOptimizer, AcceleratedScheduler
 from ..plugins import (
     GradientAccumulationPlugin,
     ProjectConfiguration,
@@ -41,7 +46,12 @@ from .arguments import (
 from .checkpointer import Checkpointer
 from .collectives import Collectives
 from .deepspeed_prep import choose_strategy, prepare_with_deepspeed
-from .forwarding import forward, view
+from .documented import documented_by
+from .facade_checkpointing import CheckpointingMethods
+from .facade_collectives import CollectiveMethods
+from .facade_parallel import ParallelMethods
+from .facade_state import StateMethods
+from .facade_tracking import TrackingMethods
 from .parallel import ParallelView
 from .preparation import Preparer
 from .steps import TrainingSteps
@@ -51,7 +61,9 @@ from .uneven import Trigger, UnevenInputs, trigger_sync_in_backward
 __all__ = ["Accelerator"]
 
 
-class Accelerator:
+class Accelerator(
+    StateMethods, CheckpointingMethods, TrackingMethods, CollectiveMethods, ParallelMethods
+):
     """One object for distributed, mixed-precision training with unchanged model code.
 
     Create it inside the function you launch (``notebook_launcher``, ``nbaccel launch``,
@@ -182,35 +194,52 @@ class Accelerator:
         self._uneven = UnevenInputs(self.state, self._preparer, self.dataloader_config)
 
     # -- attributes --------------------------------------------------------------------------
-    device = property(lambda self: self.state.device, doc="The device of this process.")
-    distributed_type = property(lambda self: self.state.distributed_type, doc="The setup.")
-    num_processes = property(lambda self: self.state.num_processes, doc="Processes in the job.")
-    process_index = property(lambda self: self.state.process_index, doc="This process's index.")
-    local_process_index = property(
-        lambda self: self.state.local_process_index, doc="Index of this process on its machine."
-    )
-    is_main_process = property(lambda self: self.state.is_main_process, doc="Index 0.")
-    is_local_main_process = property(
-        lambda self: self.state.is_local_main_process, doc="First process of its machine."
-    )
-    is_last_process = property(lambda self: self.state.is_last_process, doc="Highest index.")
-    mixed_precision = property(lambda self: self.state.mixed_precision, doc="The precision.")
-    use_distributed = property(lambda self: self.state.use_distributed, doc="Several processes.")
-    sync_gradients = property(
-        lambda self: self.gradient_state.sync_gradients,
-        lambda self, value: self.gradient_state._set_sync_gradients(value),
-        doc="This step synchronises gradients (settable, as in Accelerate).",
-    )
-    split_batches = property(lambda self: self.dataloader_config.split_batches)
-    dispatch_batches = property(lambda self: self.dataloader_config.dispatch_batches)
-    even_batches = property(lambda self: self.dataloader_config.even_batches)
-    project_dir = property(lambda self: self.project_configuration.project_dir)
-    logging_dir = property(lambda self: self.project_configuration.logging_dir)
+    @property
+    def sync_gradients(self) -> bool:
+        """This step synchronises gradients (settable, as in Accelerate)."""
+        return self.gradient_state.sync_gradients
+
+    @sync_gradients.setter
+    def sync_gradients(self, value: bool) -> None:
+        self.gradient_state._set_sync_gradients(value)
+
+    @property
+    def split_batches(self) -> bool:
+        return self.dataloader_config.split_batches
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        return self.dataloader_config.dispatch_batches
+
+    @property
+    def even_batches(self) -> bool:
+        return self.dataloader_config.even_batches
+
+    @property
+    def non_blocking(self) -> bool:
+        return self.dataloader_config.non_blocking
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        return self.dataloader_config.use_seedable_sampler
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        return getattr(self.dataloader_config, "use_stateful_dataloader", False)
+
+    @property
+    def project_dir(self) -> str | None:
+        return self.project_configuration.project_dir
+
+    @property
+    def logging_dir(self) -> str | None:
+        return self.project_configuration.logging_dir
+
     fp8_recipe_handler = None
 
     @property
+    @documented_by(GradientState.num_steps)
     def gradient_accumulation_steps(self) -> int:
-        """Batches accumulated per optimizer step."""
         return self.gradient_state.num_steps
 
     @gradient_accumulation_steps.setter
@@ -220,14 +249,15 @@ class Accelerator:
         current["num_steps"] = plugin.num_steps
         GradientState(GradientAccumulationPlugin(**current))
 
-    optimizer_step_was_skipped = property(
-        lambda self: any(opt.step_was_skipped for opt in self._preparer.optimizers),
-        doc="True when the fp16 scaler skipped the last optimizer step (inf/nan gradients).",
-    )
-    _models = property(lambda self: self._preparer.models)
-    _optimizers = property(lambda self: self._preparer.optimizers)
-    _schedulers = property(lambda self: self._preparer.schedulers)
-    _dataloaders = property(lambda self: self._preparer.dataloaders)
+    @property
+    def should_save_model(self) -> bool:
+        """Every process takes part in saving."""
+        return True
+
+    @property
+    def deepspeed_engine_wrapped(self) -> Any:
+        """The engine backward() drives."""
+        return getattr(self.strategy, "wrapped", None)
 
     # -- prepare -----------------------------------------------------------------------------
     def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
@@ -269,18 +299,58 @@ class Accelerator:
         """The same loader without its first ``num_batches`` batches (to resume an epoch)."""
         return skip_first_batches(dataloader, num_batches)
 
-    # -- training steps ----------------------------------------------------------------------
-    backward = forward("_steps", TrainingSteps.backward)
-    accumulate = forward("_steps", TrainingSteps.accumulate)
-    unscale_gradients = forward("_steps", TrainingSteps.unscale_gradients)
-    clip_grad_norm_ = forward("_steps", TrainingSteps.clip_grad_norm_)
-    clip_grad_value_ = forward("_steps", TrainingSteps.clip_grad_value_)
+    @property
+    def _models(self) -> list[nn.Module]:
+        return self._preparer.models
 
-    step = property(
-        lambda self: self._steps.step,
-        lambda self, value: setattr(self._steps, "step", value),
-        doc="Batches seen through accumulate() (saved with the state).",
-    )
+    @property
+    def _optimizers(self) -> list[AcceleratedOptimizer]:
+        return self._preparer.optimizers
+
+    @property
+    def _schedulers(self) -> list[AcceleratedScheduler]:
+        return self._preparer.schedulers
+
+    @property
+    def _dataloaders(self) -> list[Any]:
+        return self._preparer.dataloaders
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """True when the fp16 scaler skipped the last optimizer step (inf/nan gradients)."""
+        return any(opt.step_was_skipped for opt in self._preparer.optimizers)
+
+    # -- training steps: the TrainingSteps part, precision and strategy ------------------------
+    @documented_by(TrainingSteps.backward)
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        self._steps.backward(loss, **kwargs)
+
+    @documented_by(TrainingSteps.accumulate)
+    def accumulate(self, *models: nn.Module) -> contextlib.AbstractContextManager[None]:
+        return self._steps.accumulate(*models)
+
+    @documented_by(TrainingSteps.unscale_gradients)
+    def unscale_gradients(self, optimizer: Any = None) -> None:
+        self._steps.unscale_gradients(optimizer)
+
+    @documented_by(TrainingSteps.clip_grad_norm_)
+    def clip_grad_norm_(
+        self, parameters: Any, max_norm: float, norm_type: float = 2
+    ) -> torch.Tensor:
+        return self._steps.clip_grad_norm_(parameters, max_norm, norm_type)
+
+    @documented_by(TrainingSteps.clip_grad_value_)
+    def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
+        self._steps.clip_grad_value_(parameters, clip_value)
+
+    @property
+    def step(self) -> int:
+        """Batches seen through accumulate() (saved with the state)."""
+        return self._steps.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._steps.step = value
 
     def autocast(self, autocast_handler: AutocastKwargs | None = None) -> Any:
         """Context manager: run the block in the mixed-precision dtype."""
@@ -314,83 +384,12 @@ class Accelerator:
 
     clear = free_memory
 
-    # -- checkpointing (docs/checkpointing.md) ---------------------------------------------
-    save_state = forward("_checkpointer", Checkpointer.save_state)
-    load_state = forward("_checkpointer", Checkpointer.load_state)
-    save_model = forward("_checkpointer", Checkpointer.save_model)
-    save = forward("_checkpointer", Checkpointer.save)
-    get_state_dict = forward("_checkpointer", Checkpointer.get_state_dict)
-    register_for_checkpointing = forward("_checkpointer", Checkpointer.register_for_checkpointing)
-    register_save_state_pre_hook = forward(
-        "_checkpointer", Checkpointer.register_save_state_pre_hook
-    )
-    register_load_state_pre_hook = forward(
-        "_checkpointer", Checkpointer.register_load_state_pre_hook
-    )
-    save_iteration = view("_checkpointer", Checkpointer.save_iteration)
-    _custom_objects = view("_checkpointer", Checkpointer.custom_objects)
-
-    # -- tracking (docs/tracking.md) ---------------------------------------------------------
-    init_trackers = forward("_tracking", Tracking.init_trackers)
-    log = forward("_tracking", Tracking.log)
-    get_tracker = forward("_tracking", Tracking.get_tracker)
-    end_training = forward("_tracking", Tracking.end_training)
-    trackers = view("_tracking", Tracking.trackers)
-
-    # -- processes: the state's helpers --------------------------------------------------------
-    print = forward("state", AcceleratorState.print)
-    wait_for_everyone = forward("state", AcceleratorState.wait_for_everyone)
-    main_process_first = forward("state", AcceleratorState.main_process_first)
-    local_main_process_first = forward("state", AcceleratorState.local_main_process_first)
-    split_between_processes = forward("state", AcceleratorState.split_between_processes)
-    on_main_process = forward("state", AcceleratorState.on_main_process)
-    on_local_main_process = forward("state", AcceleratorState.on_local_main_process)
-    on_last_process = forward("state", AcceleratorState.on_last_process)
-    on_process = forward("state", AcceleratorState.on_process)
-    on_local_process = forward("state", AcceleratorState.on_local_process)
-
-    # -- collectives, the trigger, uneven inputs ---------------------------------------------
-    gather = forward("_collectives", Collectives.gather)
-    gather_for_metrics = forward("_collectives", Collectives.gather_for_metrics)
-    reduce = forward("_collectives", Collectives.reduce)
-    pad_across_processes = forward("_collectives", Collectives.pad_across_processes)
-    set_trigger = forward("_trigger", Trigger.set_trigger)
-    check_trigger = forward("_trigger", Trigger.check_trigger)
-    flag_tensor = property(lambda self: self._trigger.flag_tensor, doc="The trigger's flag.")
-    join_uneven_inputs = forward("_uneven", UnevenInputs.join_uneven_inputs)
-
-    # -- parallelism ---------------------------------------------------------------------------
-    parallelism_config = view("_parallel", ParallelView.parallelism_config)
-    torch_device_mesh = view("_parallel", ParallelView.torch_device_mesh)
-    data_parallel_rank = view("_parallel", ParallelView.data_parallel_rank)
-    data_parallel_shard_rank = view("_parallel", ParallelView.data_parallel_shard_rank)
-    tensor_parallel_rank = view("_parallel", ParallelView.tensor_parallel_rank)
-    context_parallel_rank = view("_parallel", ParallelView.context_parallel_rank)
-    pipeline_parallel_rank = view("_parallel", ParallelView.pipeline_parallel_rank)
-
-    maybe_context_parallel = forward("_parallel", ParallelView.maybe_context_parallel)
-
+    # -- the rest ------------------------------------------------------------------------------
     def profile(self, profile_handler: ProfileKwargs | None = None) -> Any:
         """Context: profile the block with ``torch.profiler``; yields the profiler. With
         ``output_trace_dir`` each process writes ``profile_{process_index}.json`` there."""
         handler = profile_handler or self.profile_handler or ProfileKwargs()
         return profiled(handler, self.state.process_index, self.state.wait_for_everyone)
-
-    # -- plain views ---------------------------------------------------------------------------
-    is_fsdp2 = view("_parallel", ParallelView.is_fsdp2)
-    is_composable_parallelism_enabled = view("_parallel", ParallelView.is_fsdp2)
-    multi_device = view("_parallel", ParallelView.multi_device)
-    fp8_backend = view("_parallel", ParallelView.fp8_backend)
-    should_save_model = property(lambda self: True, doc="Every process takes part in saving.")
-    deepspeed_plugin = property(lambda self: self.state.deepspeed_plugin, doc="The selected one.")
-    deepspeed_engine_wrapped = property(
-        lambda self: getattr(self.strategy, "wrapped", None), doc="The engine backward() drives."
-    )
-    non_blocking = property(lambda self: self.dataloader_config.non_blocking)
-    use_seedable_sampler = property(lambda self: self.dataloader_config.use_seedable_sampler)
-    use_stateful_dataloader = property(
-        lambda self: getattr(self.dataloader_config, "use_stateful_dataloader", False)
-    )
 
     def verify_device_map(self, model: nn.Module) -> bool:
         """True when a submodule's ``hf_device_map`` spreads it over several devices."""
