@@ -33,7 +33,7 @@ def check_fp8_support(device: torch.device) -> None:
             f"{major}.{minor}. Use 'bf16' (or 'fp16' on older GPUs) instead."
         )
     try:
-        import torchao.float8  # noqa: F401
+        import torchao.float8  # noqa: F401  # optional: only fp8 training needs torchao
     except ImportError:
         raise ValueError(
             "mixed_precision='fp8' trains through torchao's float8 layers: pip install torchao"

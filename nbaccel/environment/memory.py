@@ -13,13 +13,15 @@ __all__ = ["gpu_memory", "process_rss"]
 
 
 def process_rss(pid: int | None) -> int | None:
-    """Resident memory of ``pid`` in bytes, or None when there is no such process."""
+    """Resident memory of ``pid`` in bytes, or None when there is no such process or it has
+    ended (a zombie not yet reaped reads 0 bytes, which is no figure)."""
     if pid is None:
         return None
     try:
-        return int(psutil.Process(pid).memory_info().rss)
+        rss = int(psutil.Process(pid).memory_info().rss)
     except (psutil.Error, OSError):
         return None
+    return rss or None
 
 
 def gpu_memory(pids: Iterable[int]) -> dict[int, int]:

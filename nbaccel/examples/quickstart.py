@@ -23,7 +23,7 @@ _MISSING_SKLEARN = (
 def require_scikit_learn() -> None:
     """Raise a ``ModuleNotFoundError`` that says how to install scikit-learn when it is missing."""
     try:
-        import sklearn  # noqa: F401
+        import sklearn  # noqa: F401  # probes for the optional scikit-learn (examples extra)
     except ModuleNotFoundError as exc:
         raise ModuleNotFoundError(_MISSING_SKLEARN, name="sklearn") from exc
 

@@ -33,7 +33,7 @@ def widgets_available() -> bool:
     if not in_notebook():
         return False
     try:
-        import ipywidgets  # noqa: F401
+        import ipywidgets  # noqa: F401  # probes for the optional ipywidgets (widgets extra)
     except ImportError:
         return False
     return True

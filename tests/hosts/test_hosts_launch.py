@@ -24,6 +24,7 @@ from tests.hosts.launches import (
     node2_cut_during,
 )
 from tests.hosts.login_kernel import AGENT, LoginKernel, agents_left_after
+from tests.hosts.shown_memory import SHOWN_MEMORY
 
 SETUP = "from nbaccel import notebook_launcher\n"
 
@@ -112,21 +113,20 @@ finally:
 
 def test_the_dashboard_shows_every_rank_of_every_host(kernel: LoginKernel) -> None:
     """Every rank beside its machine, with the memory its host's agent measured: each rank
-    reads its own RSS while it waits out two of the agents' 2-second rounds, and the
-    dashboard's figure for it is within a quarter of that (a pid means nothing here)."""
+    reads its own RSS and stays until the dashboard's figure for it is within a quarter of
+    that (a pid means nothing here; :data:`SHOWN_MEMORY`)."""
     out = kernel.ok(
-        """
-import io, time
+        SHOWN_MEMORY
+        + """
+import io, shutil
 from nbaccel.widgets import TextDashboard
-def own_rss():
-    import psutil
-    time.sleep(4.5)
-    return psutil.Process().memory_info().rss
-board = TextDashboard(io.StringIO())
-own = notebook_launcher(own_rss, num_processes=2, hosts=["node1", "node2"], dashboard=board)
+board, figures = TextDashboard(io.StringIO()), tempfile.mkdtemp()
+own = notebook_launcher(own_rss_once_shown, (figures,), num_processes=2, hosts=["node1", "node2"],
+                        dashboard=board, on_event=when_shown(board, figures, range(4)))
+shutil.rmtree(figures)
 print(board.summary())
 shown = [board.ranks[rank].rss for rank in range(4)]
-print("RSS", [s is not None and abs(s - o) < o / 4 for s, o in zip(shown, own)], shown, own)
+print("RSS", [near(s, o) for s, o in zip(shown, own)], shown, own)
 print("LEFT", gone())
 """,
     )

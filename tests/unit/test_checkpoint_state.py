@@ -159,12 +159,33 @@ def test_registered_objects_and_hooks(tmp_path: Path) -> None:
 
 
 def test_load_hook_can_take_over_model_loading(tmp_path: Path) -> None:
+    """A load pre-hook that loads the model its own way and removes it from the list: its
+    weights are the hook's, nbaccel does not look for its file, and loads the rest."""
     acc = Accelerator()
-    prepared(acc, 0)
-    path = acc.save_state(tmp_path / "ck")
-    os.remove(Path(path) / "model.safetensors")
-    acc.register_load_state_pre_hook(lambda models, d: models.clear())
-    acc.load_state(path)  # the hook removed the model: its file is not needed
+    model, optimizer, _ = prepared(acc, 0)
+    step(model, optimizer)
+    path = Path(acc.save_state(tmp_path / "ck"))
+    saved_weights = {k: v.clone() for k, v in acc.unwrap_model(model).state_dict().items()}
+    torch.save(saved_weights, tmp_path / "own_format.pt")
+    saved_moments = [s["exp_avg"].clone() for s in optimizer.state_dict()["state"].values()]
+    os.remove(path / "model.safetensors")  # nbaccel reading it would fail: the file is gone
+    step(model, optimizer)  # both move on from what was saved
+    seen: list[tuple[list[nn.Module], str]] = []
+
+    def load_own_way(models: list[nn.Module], directory: str) -> None:
+        seen.append((list(models), directory))
+        own = torch.load(tmp_path / "own_format.pt", weights_only=True)
+        acc.unwrap_model(models.pop()).load_state_dict(own)
+
+    acc.register_load_state_pre_hook(load_own_way)
+    acc.load_state(path)
+    assert [(len(models), d) for models, d in seen] == [(1, str(path))]
+    assert seen[0][0][0] is acc._models[0]  # the prepared model, still prepared afterwards
+    after = acc.unwrap_model(model).state_dict()
+    assert all(torch.equal(after[k], v) for k, v in saved_weights.items())
+    moments = [s["exp_avg"] for s in optimizer.state_dict()["state"].values()]
+    assert len(moments) == len(saved_moments) == 2
+    assert all(torch.equal(a, b) for a, b in zip(moments, saved_moments, strict=True))
 
 
 @pytest.fixture
