@@ -29,6 +29,7 @@ from ..launch.config import LaunchConfig
 from ..launch.parent.errors import WorkerError
 from ..launch.parent.notebook import notebook_launcher
 from ..launch.parent.variables import temporary_environment
+from ..launch.states import Fate
 from .hostscript import ScriptJob, run_script, script_job
 
 __all__ = ["HOSTS_FLAGS", "check_hosts_flags", "run_on_hosts"]
@@ -147,6 +148,6 @@ def _report(exc: Exception) -> int:
         return code
     print(f"nbaccel launch: {error}", file=sys.stderr)
     fate = next((f for f in error.fates if f.rank == error.rank), None)
-    if fate is None or fate.state == "raised" or fate.exit_code is None:
+    if fate is None or fate.state == Fate.RAISED or fate.exit_code is None:
         return 1
     return 128 - fate.exit_code if fate.exit_code < 0 else fate.exit_code or 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal, get_args
 
 from ..enums import PRECISIONS, DynamoBackend
 from .deepspeed import DeepSpeedConfig, as_deepspeed_config, check_one_sharding, ignored_keys
@@ -61,8 +61,10 @@ _UNSUPPORTED_TYPES = (
     "MULTI_HPU",
 )
 RDZV_BACKENDS = ("static", "c10d")
-START_METHODS = ("auto", "fork", "spawn")
-ON_STALL = ("warn", "raise")
+StartMethodSetting = Literal["auto", "fork", "spawn"]  # "auto": fork where that is safe
+OnStall = Literal["warn", "raise"]
+START_METHODS: tuple[StartMethodSetting, ...] = get_args(StartMethodSetting)
+ON_STALL: tuple[OnStall, ...] = get_args(OnStall)
 # Seconds a rank may wait in one collective before the launcher reports a stall: far above a
 # healthy step's longest wait (a peer's slow first batch, a checkpoint written by one rank
 # while the others wait at the barrier after it), far below a backend's own timeout (30 min).

@@ -10,7 +10,13 @@ from typing import Any
 
 from ..config.ranks import parse_display_ranks
 from ..config.resolve import launcher_defaults
-from ..config.schema import DEFAULT_STALL_TIMEOUT, ON_STALL
+from ..config.schema import (
+    DEFAULT_STALL_TIMEOUT,
+    ON_STALL,
+    START_METHODS,
+    OnStall,
+    StartMethodSetting,
+)
 from ..config.values import ValueProblem
 from ..enums import PRECISIONS
 from ..environment import (
@@ -24,12 +30,18 @@ from ..validation import is_int, is_number
 from .hostargs import HostsSettings, check_hosts_settings
 from .prefix import validate_prefix_template
 
-__all__ = ["DEFAULT_MULTI_NODE_PORT", "DEFAULT_STALL_TIMEOUT", "LaunchConfig", "positive_seconds"]
+__all__ = [
+    "DEFAULT_MULTI_NODE_PORT",
+    "DEFAULT_STALL_TIMEOUT",
+    "LaunchConfig",
+    "OnStall",
+    "StartMethodSetting",
+    "positive_seconds",
+]
 
 # The port machines agree on when a multi-node launch names none (torchrun's and Accelerate's).
 DEFAULT_MULTI_NODE_PORT = 29500
 
-_START_METHODS = ("auto", "fork", "spawn")
 _RDZV_BACKENDS = ("static", "c10d")
 
 
@@ -119,7 +131,7 @@ class LaunchConfig:
     max_restarts: int = 0
     monitor_interval: float = 0.1
     log_line_prefix_template: str | None = None
-    start_method: str = "auto"
+    start_method: StartMethodSetting = "auto"
     timeout: float | None = None
     rendezvous_timeout: float = 300.0
     node_timeout: float = 60.0
@@ -130,7 +142,7 @@ class LaunchConfig:
     display_ranks: tuple[int, ...] | None = (0,)  # None: every rank
     hosts: HostsSettings | None = None  # hosts=[...]: machines this notebook starts over SSH
     stall_timeout: float | None = float(DEFAULT_STALL_TIMEOUT)  # None: no watch over the ranks
-    on_stall: str = "warn"
+    on_stall: OnStall = "warn"
 
     @property
     def cpu(self) -> bool:
@@ -236,7 +248,7 @@ class LaunchConfig:
         )
         out["node_timeout"] = positive_seconds("node_timeout", raw.get("node_timeout", 60.0))
         out["start_method"] = _choice(
-            "start_method", raw.get("start_method") or "auto", _START_METHODS
+            "start_method", raw.get("start_method") or "auto", START_METHODS
         )
         if out["start_method"] == "fork" and "fork" not in multiprocessing.get_all_start_methods():
             raise ValueError("start_method='fork' is not available on this platform; use 'spawn'.")

@@ -8,17 +8,19 @@ where widgets can be drawn. Outside a launched worker, :func:`emit` does nothing
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from ..state.registry import STATE
-from .states import PoolState, RankState, TaskState
+from .states import Fate, PoolState, RankState, TaskState
 
 __all__ = [
     "BarEvent",
     "DisplayEvent",
     "EngineEvent",
     "Event",
+    "EventSink",
     "MemoryEvent",
     "MetricsEvent",
     "PoolStateEvent",
@@ -47,6 +49,12 @@ class RankStateEvent(Event):
 
     state: RankState = RankState.RUNNING
     restart_count: int = 0
+
+    @classmethod
+    def of(cls, rank: int, fate: Fate, restart_count: int = 0) -> RankStateEvent:
+        """The event that announces a launched rank's ``fate`` (``Fate.announced``: ``raised``
+        reads ``failed``)."""
+        return cls(rank=rank, state=fate.announced, restart_count=restart_count)
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,10 @@ class EngineEvent(Event):
 
     engine: str = ""
     stage: int | None = None
+
+
+EventSink: TypeAlias = Callable[[Event], None]
+"""What receives a launch's or a pool's events: an ``on_event`` callback."""
 
 
 def emit(event: Event) -> bool:

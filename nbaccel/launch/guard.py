@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 import torch
 
@@ -21,6 +21,7 @@ from nbaccel import environment
 __all__ = [
     "CudaInitializedError",
     "InitSite",
+    "StartMethod",
     "check_child_not_bad_fork",
     "check_fork_safe",
     "choose_start_method",
@@ -28,6 +29,8 @@ __all__ = [
     "cuda_initialized",
     "install_cuda_init_tracer",
 ]
+
+StartMethod: TypeAlias = Literal["fork", "spawn"]  # how a worker starts: what ``auto`` becomes
 
 # Marks the wrapper so that installing twice (or after a module reload) never wraps twice.
 _WRAPPER_MARK = "__nbaccel_cuda_init_tracer__"
@@ -261,7 +264,7 @@ def check_fork_safe(debug: bool | None = None) -> None:
     raise CudaInitializedError(message, site)
 
 
-def choose_start_method(requested: str, debug: bool | None = None) -> str:
+def choose_start_method(requested: str, debug: bool | None = None) -> StartMethod:
     """``"fork"`` or ``"spawn"`` for a validated ``start_method`` (``auto``, ``fork``, ``spawn``).
 
     ``auto`` forks on Linux while CUDA is not initialised here, else spawns; ``fork`` is

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import cloudpickle
 
+from .events import Event
 from .location import RankWhere
 from .remote import RemoteException
 
@@ -69,10 +70,10 @@ class Ready:
 
 @dataclass(frozen=True)
 class Notice:
-    """A launch event of the rank's (an ``events.Event`` or a ``display.DisplayEvent``)."""
+    """A launch event of the rank's (an ``events.Event``: a state, progress, a rich display)."""
 
     rank: int
-    event: Any
+    event: Event
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from ..environment import slurm_allocation
 
 __all__ = ["AGENT_MODULE", "SlurmAllocation", "current_allocation", "srun_argv"]
 
-AGENT_MODULE = "nbaccel.launch.parent.hostagent"
+AGENT_MODULE = "nbaccel.launch.agent"
 _SCONTROL_TIMEOUT_S = 30.0
 _OUTSIDE = (
     'hosts="slurm" runs the ranks on the nodes of the SLURM allocation this notebook runs in, '

@@ -1,15 +1,21 @@
 """The states a rank, a pool task and a pool pass through, as enums.
 
 Each member is also its plain string (``RankState.RUNNING == "running"``), which is what the
-events carried before and what the dashboards show, so callbacks that compare with strings
-keep working.
+events carried before and what the dashboards show, so a person's callbacks that compare with
+strings keep working. nbaccel's own code compares members with members, and turns one into text
+only where it is shown or written out (``str(state)``); ``tests/unit/test_state_comparisons.py``
+has mypy find any comparison with text.
+
+A launched rank has one vocabulary: its :class:`Fate`. What ``RankStateEvent`` announces is
+derived from it (:attr:`Fate.announced`, the one table), and so is whether the rank failed by
+itself (:attr:`Fate.failed`).
 """
 
 from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["Fate", "PoolState", "RankState", "TaskState", "WorkerPhase"]
+__all__ = ["Fate", "PoolState", "RankKnown", "RankState", "TaskState", "WorkerPhase"]
 
 
 class _Named(str, Enum):
@@ -24,7 +30,8 @@ class _Named(str, Enum):
 
 
 class RankState(_Named):
-    """A launched rank, as ``RankStateEvent`` reports it: running, then how it ended."""
+    """A launched rank, as ``RankStateEvent`` reports it: running, then how it ended (each
+    :class:`Fate` announces one of these: :attr:`Fate.announced`)."""
 
     RUNNING = "running"
     RETURNED = "returned"
@@ -43,6 +50,29 @@ class Fate(_Named):
     STOPPED = "stopped"  # stopped by the launcher after another rank failed
     TIMED_OUT = "timed out"
     STALLED = "stalled"  # stopped by the launcher: a collective stalled (on_stall="raise")
+
+    @property
+    def announced(self) -> RankState:
+        """The state ``RankStateEvent`` announces for this fate (``raised``, ``exited`` and
+        ``signalled`` read ``failed``; a rank the launcher stopped reads ``stopped``)."""
+        return _ANNOUNCED[self]
+
+    @property
+    def failed(self) -> bool:
+        """True when the rank failed by itself (not stopped by the launcher)."""
+        return self.announced is RankState.FAILED
+
+
+_ANNOUNCED = {
+    Fate.RUNNING: RankState.RUNNING,
+    Fate.RETURNED: RankState.RETURNED,
+    Fate.RAISED: RankState.FAILED,
+    Fate.EXITED: RankState.FAILED,
+    Fate.SIGNALLED: RankState.FAILED,
+    Fate.STOPPED: RankState.STOPPED,
+    Fate.TIMED_OUT: RankState.STOPPED,
+    Fate.STALLED: RankState.STOPPED,
+}
 
 
 class TaskState(_Named):
@@ -65,6 +95,14 @@ class PoolState(_Named):
     BROKEN = "broken"
     RESTARTING = "restarting"
     CLOSED = "closed"
+
+
+class RankKnown(_Named):
+    """What the notebook knows of a rank better than the rank's own answer to "where are
+    you?" (``watch.WhereWatch``): the where table's ``state`` then reads this."""
+
+    EXITED = "exited"  # its process ended
+    ELSEWHERE = "elsewhere"  # in a collective with this machine's ranks, run by another launcher
 
 
 class WorkerPhase(_Named):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import html
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as widgets
 import traitlets
 
+from ..launch.events import EventSink
 from .kernelpump import MessagePump, blocks_a_kernel, open_message_pump
 from .state import DashboardState
 
@@ -137,7 +137,7 @@ class LaunchDashboard(widgets.VBox):
         if self._pump is not None:
             self._pump.close()
 
-    def chain(self, on_event: Callable[[Any], None] | None) -> Callable[[Any], None]:
+    def chain(self, on_event: EventSink | None) -> EventSink:
         """An ``on_event`` that feeds the dashboard, then calls ``on_event``."""
         return self.state.chain(on_event)
 

@@ -13,6 +13,8 @@ from typing import Any
 from ..environment import gpu_memory, process_rss
 from ..launch.events import (
     EngineEvent,
+    Event,
+    EventSink,
     MemoryEvent,
     MetricsEvent,
     ProgressEvent,
@@ -20,6 +22,7 @@ from ..launch.events import (
     TaskEvent,
 )
 from ..launch.parent.errors import LaunchStopped
+from ..launch.states import Fate, RankState, TaskState
 from .memory import format_bytes
 
 __all__ = ["DashboardState", "RankView", "engine_label"]
@@ -27,7 +30,13 @@ __all__ = ["DashboardState", "RankView", "engine_label"]
 MAX_LINES = 400
 # tqdm's text bar: "desc:  45%|####      | 45/100 [00:01<00:02, 30.1it/s]"
 _TQDM = re.compile(r"^(?:(?P<desc>.*?): )?\s*\d+%\|.*\|\s*(?P<n>\d+)/(?P<total>\d+) \[")
-_STATES = {"running": "running", "returned": "finished", "failed": "failed", "stopped": "stopped"}
+# how the dashboard words a launched rank's state
+_STATES = {
+    RankState.RUNNING: "running",
+    RankState.RETURNED: "finished",
+    RankState.FAILED: "failed",
+    RankState.STOPPED: "stopped",
+}
 
 
 def engine_label(engine: str, stage: int | None) -> str:
@@ -117,7 +126,7 @@ class DashboardState:
             self.machines = ""
             self.stop_requested.clear()
 
-    def handle(self, event: Any) -> None:
+    def handle(self, event: Event) -> None:
         """Take one launcher event (other kinds are ignored)."""
         with self.lock:
             view = self.ranks.get(getattr(event, "rank", -1))
@@ -126,7 +135,7 @@ class DashboardState:
             if isinstance(event, RankStateEvent):
                 if event.restart_count != view.restart_count:
                     view.n, view.total, view.rate, view._first = 0, None, None, None
-                view.state = _STATES.get(event.state, event.state)
+                view.state = _STATES.get(event.state, str(event.state))
                 view.restart_count = event.restart_count
             elif isinstance(event, ProgressEvent):
                 view.progress(event.n, event.total, event.desc, self.clock())
@@ -135,8 +144,8 @@ class DashboardState:
             elif isinstance(event, MetricsEvent):
                 view.metrics.update(event.values)
             elif isinstance(event, TaskEvent):  # a worker pool's rank: its current cell
-                view.state = event.state
-                view.detail = event.label if event.state == "running" else ""
+                view.state = str(event.state)
+                view.detail = event.label if event.state == TaskState.RUNNING else ""
             elif isinstance(event, EngineEvent):  # the rank's Accelerator was created
                 view.engine = engine_label(event.engine, event.stage)
             elif isinstance(event, MemoryEvent):  # a rank on another machine (hosts=)
@@ -144,10 +153,10 @@ class DashboardState:
                 if event.gpu_memory is not None:
                     view.gpu_memory = event.gpu_memory
 
-    def chain(self, on_event: Callable[[Any], None] | None) -> Callable[[Any], None]:
+    def chain(self, on_event: EventSink | None) -> EventSink:
         """An ``on_event`` callback that feeds this state, then calls ``on_event``."""
 
-        def both(event: Any) -> None:
+        def both(event: Event) -> None:
             self.handle(event)
             self.changed()
             if on_event is not None:
@@ -185,7 +194,7 @@ class DashboardState:
             fates = _fates(error)
             for fate in fates:
                 view = self.ranks.get(fate.rank)
-                if view is not None and fate.state != "returned":
+                if view is not None and fate.state != Fate.RETURNED:
                     view.state = "failed" if fate.failed else "stopped"
                     view.detail = fate.describe()
             if error is None:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from tests.hosts.bed import HostBed
 
 DRIVER = Path(__file__).resolve()
-AGENT = "nbaccel.launch.parent.hostagent"  # what a host runs; pgrep finds it by this
+AGENT = "nbaccel.launch.agent"  # what a host runs; pgrep finds it by this
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 

@@ -4,6 +4,7 @@ behind on any host, whatever way the launch ends."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -229,6 +230,42 @@ print("TOOK", time.monotonic() - t0, "LEFT", gone())
     assert re.search(r"rank 3 never joined it: rank 3 is at In \[\d+\], line 7", out), out
     assert "Every rank was stopped" in out, out
     assert float(out.split("TOOK")[1].split()[0]) < 40, out
+    assert "LEFT []" in out, out
+
+
+def test_a_rank_gloo_aborts_on_node2_is_named_with_its_collective(kernel: LoginKernel) -> None:
+    """Rank 3 (on node2) gathers another shape at once; gloo aborts a rank before any watch
+    round could ask it: its agent reads the rank's note page and the cell names the call."""
+    out = kernel.ok(
+        """
+from nbaccel import WorkerError
+caught = None
+def shapes():
+    import torch, torch.distributed as dist
+    from nbaccel import PartialState
+    rank = PartialState().process_index
+    size = 3 if rank == 3 else 2
+    dist.all_gather([torch.zeros(size) for _ in range(4)], torch.ones(size))
+    return rank
+
+try:
+    notebook_launcher(shapes, num_processes=2, hosts=["node1", "node2"], stall_timeout=None)
+except Exception as exc:
+    caught = exc
+error = caught if isinstance(caught, WorkerError) else caught.__cause__
+print("TYPE", type(caught).__name__)
+print("KILLED", [(f.rank, f.host, f.collective.op, f.collective.seq, f.collective.shapes)
+                 for f in error.fates if f.signal_name == "SIGABRT"])
+print("TEXT", error)
+print("LEFT", gone())
+""",
+    )
+    killed = ast.literal_eval(out.split("KILLED ")[1].split("\n")[0])
+    assert killed, out
+    for rank, host, op, seq, shapes in killed:
+        assert (host, op, seq) == ("node1" if rank < 2 else "node2", "all_gather", 1), out
+        assert shapes == ((3 if rank == 3 else 2,),), out
+    assert "killed by SIGABRT inside all_gather #1 on world with float32[" in out, out
     assert "LEFT []" in out, out
 
 

@@ -142,6 +142,26 @@ def test_tensors_of_other_shapes_are_named_with_both_shapes() -> None:
     assert f"rank 1 sends float32[3] ({_at('shapes')})" in text, text
 
 
+@pytest.mark.usefixtures("quiet_abort")
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_rank_killed_inside_a_collective_at_once_is_named_with_it(method: str) -> None:
+    """No watch round can reach a rank gloo aborts at once: its note page names the call."""
+    before = h.child_pids()
+    with pytest.raises(WorkerError) as info:
+        _launch(w.gathers_other_shapes_at_once, method, stall_timeout=None)
+    assert h.wait_no_children(before) == set()
+    error = info.value
+    text = str(error)
+    killed = [f for f in error.fates if f.signal_name == "SIGABRT"]
+    assert killed, text
+    for fate in killed:
+        call = fate.collective
+        assert call is not None and (call.op, call.seq, call.group) == ("all_gather", 1, "world")
+        assert call.shapes == ((2 + fate.rank,),) and call.dtypes == ("float32",), call
+        shown = f"killed by SIGABRT inside all_gather #1 on world with float32[{2 + fate.rank}]"
+        assert shown in text, text
+
+
 def test_a_stall_that_ends_is_reported_and_the_launch_goes_on(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -78,6 +78,15 @@ def gathers_other_shapes() -> int:
     return rank
 
 
+def gathers_other_shapes_at_once() -> int:
+    """Both ranks gather at once, rank 0 two numbers and rank 1 three: gloo aborts a rank
+    before any "where are you?" could reach it."""
+    rank = PartialState().process_index
+    mine = torch.ones(2 + rank)
+    dist.all_gather([torch.zeros(2 + rank), torch.zeros(2 + rank)], mine)  # <- at once
+    return rank
+
+
 def queues_and_sleeps() -> int:
     """Rank 0 queues an all_reduce (``async_op=True``) and goes on sleeping; rank 1 never calls
     it (as an NCCL rank goes on after its collective was queued)."""

@@ -12,9 +12,10 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
+from nbaccel.launch.agent.usage import UsageClock
+from nbaccel.launch.agent.wire import FrameReader, Usage, encode_frame
 from nbaccel.launch.events import MemoryEvent
-from nbaccel.launch.parent.hostusage import MemoryTicker, UsageClock, latest
-from nbaccel.launch.parent.hostwire import FrameReader, Usage, encode_frame
+from nbaccel.launch.parent.hostusage import MemoryTicker, latest
 from nbaccel.launch.parent.poolstatus import RankBook
 from nbaccel.widgets.state import DashboardState
 
@@ -54,6 +55,19 @@ def test_the_agent_measures_its_ranks_into_one_frame(
 def test_a_rank_that_ended_is_left_out(rank_process: subprocess.Popen[str]) -> None:
     rank_process.kill()
     rank_process.wait()
+    assert UsageClock(gpus=0).measure({0: rank_process.pid}).by_rank() == {}
+
+
+def test_a_rank_that_ended_but_is_not_reaped_yet_is_left_out(
+    rank_process: subprocess.Popen[str],
+) -> None:
+    """A rank that returned and waits for its agent to reap it (a zombie) reads 0 bytes: no
+    figure, not a dashboard's "RSS 0 B" over the last real one."""
+    rank_process.kill()
+    zombie, deadline = psutil.Process(rank_process.pid), time.monotonic() + 10
+    while zombie.status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the killed process did not end within 10 s"
+        time.sleep(0.01)
     assert UsageClock(gpus=0).measure({0: rank_process.pid}).by_rank() == {}
 
 

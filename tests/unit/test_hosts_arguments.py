@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nbaccel.launch.config import LaunchConfig
-from nbaccel.launch.hostargs import HostTarget
-from nbaccel.launch.parent.hostlinks import ssh_argv
-from nbaccel.launch.parent.hostwire import (
+from nbaccel.launch.agent.wire import (
     MAGIC,
     Exit,
     Fatal,
@@ -22,6 +19,9 @@ from nbaccel.launch.parent.hostwire import (
     Task,
     encode_frame,
 )
+from nbaccel.launch.config import LaunchConfig
+from nbaccel.launch.hostargs import HostTarget
+from nbaccel.launch.parent.hostlinks import ssh_argv
 from nbaccel.launch.prefix import format_prefix
 from nbaccel.launch.slurmhosts import AGENT_MODULE, srun_argv
 
@@ -105,7 +105,7 @@ def test_ssh_command_reads_the_users_config_and_never_asks() -> None:
         "2222",
         "--",
         "u@h",
-        "'/p y/python' -m nbaccel.launch.parent.hostagent",
+        "'/p y/python' -m nbaccel.launch.agent",
     ]
 
 

@@ -1,12 +1,13 @@
-"""The agent on a host of ``hosts=[...]``: ``python -m nbaccel.launch.parent.hostagent``.
+"""The agent on a host of ``hosts=[...]``: ``python -m nbaccel.launch.agent``.
 
-The notebook starts one per host over ssh and talks to it over that ssh process's stdin and
-stdout only (``hostwire.py``'s frames); nothing listens for the notebook. The agent says hello
-(versions, host name, the address ssh reached, the port of a socket it bound there), receives
-its ranks' ``WorkerSpec``s (the first host's agent also serves the ranks' store on that
-socket, bound to that one address), forks them
-with the same code as a local launch (``processes.start_worker``, ``worker/``), forwards each
-rank's messages, output and exit, and passes on signals. When the notebook goes away (its
+The notebook starts one per host over ssh (or as a SLURM job step) and talks to it over that
+process's stdin and stdout only (``wire.py``'s frames); nothing listens for the notebook. The
+agent says hello (versions, host name, the address ssh reached, the port of a socket it bound
+there), receives its ranks' ``WorkerSpec``s (the first host's agent also serves the ranks'
+store on that socket, bound to that one address), and runs them under the same
+``Supervisor`` as a local launch (forked by ``processes.start_worker``, ``worker/``); its own
+waits add the channel and the ranks' output to the supervisor's, it forwards each rank's
+messages (as bytes), output and exit, and passes on signals. When the notebook goes away (its
 stdin ends, or nothing is heard for ``node_timeout``), the agent kills its ranks and ends;
 they also die with it (``PR_SET_PDEATHSIG``).
 """
@@ -14,6 +15,8 @@ they also die with it (``PR_SET_PDEATHSIG``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import os
 import select
 import signal
@@ -21,6 +24,7 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any
@@ -32,12 +36,13 @@ from ...environment import cuda_device_count, ssh_server_address
 from ...version import __version__
 from ..nodes.netif import route_to
 from ..nodes.rendezvous import StoreHost
-from ..spec import WorkerSpec
-from . import hostwire as wire
-from .hostusage import UsageClock
-from .processes import WorkerHandle, start_worker
+from ..notes import NotePage, call_to_json
+from ..spec import WorkerPipes, WorkerSpec, merge_sys_path
+from ..supervision.supervisor import Supervisor, WorkerLink
+from . import wire
+from .usage import UsageClock
 
-__all__ = ["main"]
+__all__ = ["leave", "main"]
 
 _BEAT_S = 1.0
 _JOB_WAIT_S = 900.0  # the notebook checks every host before sending the job
@@ -49,7 +54,7 @@ class _Gone(Exception):
 
 
 class _Rank:
-    def __init__(self, handle: WorkerHandle, out_fd: int, err_fd: int, tasks: Connection) -> None:
+    def __init__(self, handle: WorkerLink, out_fd: int, err_fd: int, tasks: Connection) -> None:
         self.handle = handle
         self.outputs = {out_fd: 1, err_fd: 2}
         self.tasks = tasks  # the write end of its task pipe ("where are you?")
@@ -66,7 +71,9 @@ class Agent:
         self.store: StoreHost | None = None
         self.store_fd = -1
         self.reader = wire.FrameReader()
+        self.supervisor: Supervisor | None = None
         self.ranks: dict[int, _Rank] = {}
+        self.notes: dict[int, NotePage] = {}  # rank -> the page it notes its collectives in
         self.heard = time.monotonic()
         self.sent = 0.0
         self.node_timeout = 60.0
@@ -143,56 +150,53 @@ class Agent:
         self.store = StoreHost(address, 0, job.store_world_size, wait, listener=listener)
 
     def _start(self, specs: list[WorkerSpec]) -> None:
+        """Give each rank its output and task pipes here, then start them all under one
+        supervisor (no rank keeps this agent's or another rank's descriptors)."""
         pipes = {s.rank: (os.pipe(), os.pipe(), os.pipe()) for s in specs}
-        every = [fd for trio in pipes.values() for ends in trio for fd in ends]
+        mine = [out_r for (out_r, _), _, _ in pipes.values()]
+        mine += [err_r for _, (err_r, _), _ in pipes.values()]
+        mine += [task_w for _, _, (_, task_w) in pipes.values()]
+        channel = [fd for fd in (self.read_fd, self.write_fd, self.store_fd) if fd >= 0]
+        fds = {}
+        for spec in specs:
+            (_, out_w), (_, err_w), (task_r, _) = pipes[spec.rank]
+            self.notes[spec.rank] = note = NotePage.create()
+            fds[spec.rank] = WorkerPipes(out_w, err_w, os.getpid(), task_r, note_fd=note.fd)
+        self.supervisor = Supervisor(
+            specs,
+            fds,
+            None,
+            keep_out=tuple(mine + channel),
+            on_started=self._started,
+            on_bytes=self._forward_message,
+        )
         try:
-            for spec in specs:
-                (out_r, out_w), (err_r, err_w), (task_r, task_w) = pipes[spec.rank]
-                spec.stdout_fd, spec.stderr_fd, spec.task_fd = out_w, err_w, task_r
-                spec.parent_pid, spec.start_method = os.getpid(), "fork"
-                foreign = [fd for fd in every if fd not in (out_w, err_w, task_r)]
-                foreign += [self.read_fd, self.write_fd, self.store_fd]
-                for rank in self.ranks.values():
-                    foreign += [rank.handle.conn.fileno(), rank.handle.sentinel]
-                handle = start_worker(spec, tuple(fd for fd in foreign if fd >= 0))
-                tasks = Connection(task_w, readable=False)
-                self.ranks[spec.rank] = _Rank(handle, out_r, err_r, tasks)
-                self.send(wire.Started(spec.rank, handle.pid))
+            self.supervisor.start()
         finally:
-            for (_, out_w), (_, err_w), (task_r, task_w) in pipes.values():
-                os.close(out_w)
-                os.close(err_w)
-                os.close(task_r)
-                if not any(r.tasks.fileno() == task_w for r in self.ranks.values()):
-                    os.close(task_w)  # its rank did not start
-        for rank in self.ranks.values():
-            for fd in rank.outputs:
-                os.set_blocking(fd, False)
+            for (_, out_w), (_, err_w), (task_r, _) in pipes.values():
+                for fd in (out_w, err_w, task_r):
+                    os.close(fd)
+            for note in self.notes.values():  # each rank has its own; the map stays here
+                note.close_fd()
+        for handle in self.supervisor.handles:
+            (out_r, _), (err_r, _), (_, task_w) = pipes[handle.spec.rank]
+            self.ranks[handle.spec.rank] = _Rank(
+                handle, out_r, err_r, Connection(task_w, readable=False)
+            )
+            os.set_blocking(out_r, False)
+            os.set_blocking(err_r, False)
+
+    def _started(self, pids: dict[int, int]) -> None:
+        for rank, pid in pids.items():
+            self.send(wire.Started(rank, pid))
 
     def _step(self) -> None:
-        waiting: dict[int, Any] = {self.read_fd: None}
+        assert self.supervisor is not None
+        also: dict[int, Callable[[], object]] = {self.read_fd: self._obey_all}
         for number, rank in self.ranks.items():
-            handle = rank.handle
-            if handle.conn_open:
-                waiting[handle.conn.fileno()] = ("conn", number)
-            if handle.exit_code is None and handle.sentinel >= 0:
-                waiting[handle.sentinel] = ("exit", number)
             for fd in rank.outputs:
-                waiting[fd] = ("output", number)
-        ready, _, _ = select.select(list(waiting), [], [], _BEAT_S / 2)
-        for fd in ready:
-            if fd == self.read_fd:
-                for frame in self._incoming():
-                    self._obey(frame)
-                continue
-            what, number = waiting[fd]
-            rank = self.ranks[number]
-            if what == "conn":
-                self._forward_message(number, rank)
-            elif what == "output":
-                self._forward_output(number, rank, fd)
-            else:
-                rank.handle.poll()
+                also[fd] = functools.partial(self._forward_output, number, rank, fd)
+        self.supervisor.pump(_BEAT_S / 2, also)
         for number, rank in self.ranks.items():
             handle = rank.handle
             if handle.sentinel < 0:
@@ -200,9 +204,15 @@ class Agent:
             if not rank.exit_sent and handle.exit_code is not None and not handle.conn_open:
                 rank.exit_sent = True
                 rank.exited_at = time.monotonic()
-                self.send(wire.Exit(number, handle.exit_code))
+                note = self.notes.get(number)
+                call = note.read() if note is not None else None
+                self.send(wire.Exit(number, handle.exit_code, call_to_json(call)))
         self._send_usage()
         self._beat()
+
+    def _obey_all(self) -> None:
+        for frame in self._incoming():
+            self._obey(frame)
 
     def _send_usage(self) -> None:
         if self.usage is None or not self.usage.due():
@@ -219,24 +229,20 @@ class Agent:
         elif isinstance(frame, wire.Kill) and frame.rank in self.ranks:
             self.ranks[frame.rank].handle.kill()
 
-    def _forward_message(self, number: int, rank: _Rank) -> None:
-        try:
-            data = rank.handle.conn.recv_bytes()
-        except (EOFError, OSError):
-            rank.handle.conn.close()
-            rank.handle.conn_open = False
-            return
+    def _forward_message(self, handle: WorkerLink, data: bytes) -> None:
+        number = handle.spec.rank
+        rank = self.ranks.get(number)
         # what the rank wrote before this message goes first: a reply must not reach the
         # notebook before the output of its task (the cell would end without its last lines)
-        for fd in list(rank.outputs):
+        for fd in list(rank.outputs) if rank is not None else []:
             while self._forward_output(number, rank, fd):
                 pass
         self.send(wire.Message(number, data))
 
-    def _forward_output(self, number: int, rank: _Rank, fd: int) -> bool:
+    def _forward_output(self, number: int, rank: _Rank | None, fd: int) -> bool:
         """Forward one read of ``fd``; True when there may be more to read now."""
-        stream = rank.outputs.get(fd)
-        if stream is None:  # closed earlier in this round
+        stream = rank.outputs.get(fd) if rank is not None else None
+        if rank is None or stream is None:  # closed earlier in this round
             return False
         try:
             data = os.read(fd, 1 << 16)
@@ -263,10 +269,12 @@ class Agent:
         return not any(rank.outputs for rank in self.ranks.values())
 
     def stop_all(self) -> None:
-        """Kill every rank still running and reap it."""
-        for rank in self.ranks.values():
-            with contextlib.suppress(OSError):
-                rank.handle.kill()
+        """Kill every rank still running, reap it, and close what this agent holds of it."""
+        if self.supervisor is None:
+            return
+        with contextlib.suppress(OSError):
+            self.supervisor.kill_all(grace=0.0)
+        self.supervisor.release()
 
 
 def _hello() -> tuple[wire.Hello, socket.socket]:
@@ -327,14 +335,15 @@ def _load(job: wire.Job) -> list[WorkerSpec]:
                 f"the working directory {job.cwd!r} does not exist on {socket.gethostname()} "
                 f"({exc.strerror}); pass cwd= naming a directory there"
             ) from None
-    sys.path[:] = list(job.sys_path) + [p for p in sys.path if p not in job.sys_path]
-    specs = cloudpickle.loads(job.specs)
+    merge_sys_path(job.sys_path)
     route = route_to(job.master_addr)
-    for spec in specs:
-        if not spec.env.get("GLOO_SOCKET_IFNAME") and route.interface:
-            spec.env["GLOO_SOCKET_IFNAME"] = route.interface
-        spec.cwd = job.cwd
-    return list(specs)
+    specs = []
+    for spec in cloudpickle.loads(job.specs):
+        env = dict(spec.env)
+        if not env.get("GLOO_SOCKET_IFNAME") and route.interface:
+            env["GLOO_SOCKET_IFNAME"] = route.interface
+        specs.append(dataclasses.replace(spec, env=env, cwd=job.cwd))
+    return specs
 
 
 def main() -> int:
@@ -364,14 +373,10 @@ def main() -> int:
         agent.stop_all()
 
 
-def _leave(code: int) -> None:
+def leave(code: int) -> None:
     """End the agent now that its ranks are reaped: without the interpreter's teardown (which
     takes a second with torch loaded), so that the notebook's launch ends sooner."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(code)
-
-
-if __name__ == "__main__":
-    _leave(main())

@@ -123,6 +123,7 @@ class Task:
 class Exit:
     rank: int
     code: int
+    collective: dict[str, Any] | None = None  # what its note page names (notes.call_to_json)
 
 
 @dataclass(frozen=True)

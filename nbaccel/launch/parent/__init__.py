@@ -1,7 +1,8 @@
-"""The notebook's side of a launch: start workers, supervise them, relay and draw their output.
+"""The notebook's side of a launch: place workers, supervise them, relay and draw their output.
 
 ``notebook.notebook_launcher`` runs attempts (``attempt.LaunchPlan``); ``pool.WorkerPool``
-runs generations (``poolgroup.PoolGroup``). Both set up their ranks the same way
-(``localranks``) and run the same loop (``supervisor.Supervisor``) over processes that
-``processes`` starts; ``launchgroup`` and ``poolgroup`` are the two policies over that loop.
+runs generations (``poolgroup.PoolGroup``). Both get their ranks from a placement
+(``placement``, chosen by ``places.place``: this machine or other hosts) and run the one
+supervisor loop (``launch.supervision``); ``launchgroup`` and ``poolgroup`` are the two
+policies over that loop.
 """

@@ -10,9 +10,12 @@ from typing import Any
 import cloudpickle
 
 from ..config import LaunchConfig
+from ..events import EventSink
+from ..guard import StartMethod
 from ..nodes.meeting import Meeting, meet_machines
 from ..nodes.peers import NodeWatch
 from ..spec import WorkerMode, WorkerSpec
+from ..states import Fate
 from .dashboards import StopFlag
 from .errors import (
     LaunchStopped,
@@ -53,8 +56,8 @@ class LaunchPlan:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     config: LaunchConfig
-    method: str
-    on_event: Callable[[Any], None] | None = None
+    method: StartMethod
+    on_event: EventSink | None = None
     line_sink: Callable[[int, str, str], None] | None = None
     stop_requested: StopFlag | None = None
     on_started: Callable[[dict[int, int]], None] | None = None
@@ -135,7 +138,7 @@ class LaunchPlan:
         if outcome.stalled is not None:
             raise stall_error(outcome.stalled, "Every rank was stopped (on_stall='raise').")
         if outcome.timed_out:
-            late = [f.rank for f in outcome.fates if f.state == "timed out"]
+            late = [f.rank for f in outcome.fates if f.state == Fate.TIMED_OUT]
             raise LaunchTimeoutError(
                 late[0] if late else -1,
                 late[0] - first if late else -1,

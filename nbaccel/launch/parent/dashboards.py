@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from ..config import LaunchConfig
+from ..events import EventSink
 
 __all__ = [
     "Board",
@@ -31,7 +32,7 @@ class Dashboard(Protocol):
     def begin(self, num_processes: int, first_rank: int = 0) -> None:
         """A launch (or a pool) of ``num_processes`` ranks from ``first_rank`` starts."""
 
-    def chain(self, on_event: Callable[[Any], None] | None) -> Callable[[Any], None]:
+    def chain(self, on_event: EventSink | None) -> EventSink:
         """An ``on_event`` that shows each event, then passes it to ``on_event``."""
 
     def line_sink(self, local_rank: int, stream: str, line: str) -> None:

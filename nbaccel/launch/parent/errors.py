@@ -6,6 +6,7 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
+from ..location import CollectiveCall
 from ..remote import RemoteException
 from ..states import Fate
 
@@ -17,6 +18,7 @@ __all__ = [
     "StallError",
     "WorkerError",
     "build_error",
+    "ended_fate",
     "format_fates",
     "root_cause",
 ]
@@ -36,6 +38,7 @@ class RankFate:
     error: RemoteException | None = None
     when: float | None = None
     host: str = ""  # the hosts= entry of the machine the rank ran on; empty: this machine
+    collective: CollectiveCall | None = None  # the collective it ended in (its note page)
 
     @property
     def where(self) -> str:
@@ -55,23 +58,41 @@ class RankFate:
     @property
     def failed(self) -> bool:
         """True when this rank failed by itself (not stopped by the launcher)."""
-        return self.state in ("raised", "exited", "signalled")
+        return self.state.failed
 
     def describe(self) -> str:
         """One line for the fate table."""
-        if self.state == "returned":
+        if self.state == Fate.RETURNED:
             return "returned"
-        if self.state == "raised" and self.error is not None:
+        if self.state == Fate.RAISED and self.error is not None:
             first = self.error.message.splitlines()[0] if self.error.message else ""
             return f"raised {self.error.type_name}: {first}"[:160]
-        if self.state == "signalled":
+        if self.state == Fate.SIGNALLED:
             hint = " (out of memory?)" if self.signal_name == "SIGKILL" else ""
-            return f"killed by {self.signal_name}{hint}"
-        if self.state == "exited":
-            return f"exited with code {self.exit_code}"
-        if self.state == "stopped":
+            return f"killed by {self.signal_name}{hint}{self._inside()}"
+        if self.state == Fate.EXITED:
+            return f"exited with code {self.exit_code}{self._inside()}"
+        if self.state == Fate.STOPPED:
             return "stopped by the launcher after another rank failed"
-        return self.state
+        return str(self.state)
+
+    def _inside(self) -> str:
+        """`` inside all_gather #3 on world with float32[3, 5]``, where its note says so."""
+        call = self.collective
+        if call is None:
+            return ""
+        queued = " (queued, async_op=True)" if call.queued else ""
+        tensors = f" with {call.tensors}" if call.tensors else ""
+        return f" inside {call.op} #{call.seq} on {call.group}{tensors}{queued}"
+
+
+def ended_fate(exit_code: int | None, error: RemoteException | None = None) -> Fate:
+    """The fate of a rank that ended by itself: ``raised`` when its exception came (``error``),
+    else ``signalled`` for a negative exit code (a signal the launcher did not send), else
+    ``exited``. The one rule of a launch's ranks and a pool's."""
+    if error is not None:
+        return Fate.RAISED
+    return Fate.SIGNALLED if (exit_code or 0) < 0 else Fate.EXITED
 
 
 def format_fates(fates: list[RankFate]) -> str:
@@ -212,7 +233,7 @@ def build_error(cause: RankFate, fates: list[RankFate]) -> BaseException:
         if hasattr(original, "add_note"):
             original.add_note(f"(raised on {cause.where}; see the WorkerError above)")
         return original
-    if cause.state == "signalled":
+    if cause.state == Fate.SIGNALLED:
         kind, message = str(cause.signal_name), f"{cause.where} was {cause.describe()}"
     else:
         kind, message = "exit", f"{cause.where} {cause.describe()} before returning a result"

@@ -3,7 +3,7 @@ remote rank.
 
 :class:`AgentLink` starts ``ssh ... python -m nbaccel.launch.parent.hostagent`` (or, with
 ``hosts="slurm"``, ``srun ... python -m ...`` as a step of the job: ``slurmhosts.py``), reads its
-frames on one thread (``hostwire.py``) and beats every second on another. Each remote rank
+frames on one thread (``agent/wire.py``) and beats every second on another. Each remote rank
 is a :class:`RemoteLink`, a ``supervisor.WorkerLink``: its ``conn`` gets the rank's message
 bytes from the reader thread, its ``sentinel`` becomes readable when the agent reports the
 rank's exit, and its output goes into the relay's pipes of that rank, so the supervisor,
@@ -22,11 +22,7 @@ import threading
 import time
 from multiprocessing import Pipe
 
-from ..hostargs import HostTarget
-from ..slurmhosts import AGENT_MODULE
-from ..spec import WorkerSpec
-from .errors import HostError
-from .hostwire import (
+from ..agent.wire import (
     Exit,
     Fatal,
     Frame,
@@ -42,7 +38,13 @@ from .hostwire import (
     Usage,
     encode_frame,
 )
-from .processes import close_link
+from ..hostargs import HostTarget
+from ..location import CollectiveCall
+from ..notes import call_from_json
+from ..slurmhosts import AGENT_MODULE
+from ..spec import WorkerSpec
+from ..supervision.processes import close_link
+from .errors import HostError
 
 __all__ = ["AGENT_MODULE", "AgentLink", "HostError", "RemoteLink", "ssh_argv"]
 
@@ -67,6 +69,7 @@ class RemoteLink:
         self.exit_code: int | None = None
         self.outputs: dict[int, int] = {1: out_fd, 2: err_fd}  # stream -> relay's write end
         self._reported: int | None = None
+        self.collective: CollectiveCall | None = None  # what it died in (its agent's note)
         self._lock = threading.Lock()
         self._started = threading.Event()
 
@@ -101,12 +104,14 @@ class RemoteLink:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
-    def ended(self, code: int) -> None:
-        """The rank ended (or its machine was lost: ``-SIGKILL``)."""
+    def ended(self, code: int, collective: CollectiveCall | None = None) -> None:
+        """The rank ended (or its machine was lost: ``-SIGKILL``), inside ``collective`` if
+        its note page named one."""
         with self._lock:
             if self._reported is not None:
                 return
             self._reported = code
+            self.collective = collective
             self._feed.close()
             os.close(self._sentinel_w)
         self._started.set()
@@ -288,7 +293,7 @@ class AgentLink:
         elif isinstance(frame, Started) and frame.rank in self.links:
             self.links[frame.rank].started(frame.pid)
         elif isinstance(frame, Exit) and frame.rank in self.links:
-            self.links[frame.rank].ended(frame.code)
+            self.links[frame.rank].ended(frame.code, call_from_json(frame.collective))
         elif isinstance(frame, Usage):  # only the latest is kept (hostusage.py)
             self.memory = frame.by_rank()
         elif isinstance(frame, Fatal):

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import contextlib
 
+from ..location import CollectiveCall
 from ..nodes.peers import MachineLostError
+from ..supervision.supervisor import Starter, Supervisor
 from .hoststart import AgentTasks, HostAgents, host_prefixes, host_spec, job_starter
 from .hostusage import MemoryTicker, latest
 from .placement import Placement, PlaceRequest
 from .relay import OutputRelay
 from .render import cell_renderer
 from .stalls import Finding
-from .supervisor import Starter, Supervisor
 from .wheretable import WhereTable
 
 __all__ = ["OnHosts"]
@@ -75,6 +76,11 @@ class OnHosts(Placement):
         self, where: WhereTable | None = None, findings: list[Finding] | tuple[()] = ()
     ) -> MachineLostError | None:
         return self.up.lost_error(where, findings)
+
+    def collective_of(self, rank: int) -> CollectiveCall | None:
+        """What the rank's agent read from its note page when it ended."""
+        link = self.up.agent_of(rank).links.get(rank)
+        return link.collective if link is not None else None
 
     def host_of(self, rank: int) -> str:
         hosts = self.config.hosts

@@ -30,17 +30,17 @@ import torch
 
 from ...environment import store_prefix_variables, user_thread_count, variables_for_hosts
 from ...version import __version__
+from ..agent.wire import Hello, Job, Task
 from ..config import LaunchConfig
 from ..nodes.peers import MachineLostError
 from ..prefix import format_prefix
 from ..slurmhosts import srun_argv
-from ..spec import WorkerSpec
+from ..spec import WorkerPipes, WorkerSpec
+from ..supervision.supervisor import Starter, WorkerLink
 from ..wire import dumps_for_worker
 from .hostlinks import AgentLink, HostError, RemoteLink, ssh_argv
-from .hostwire import Hello, Job, Task
 from .localranks import worker_env
 from .placement import RankWork
-from .supervisor import Starter, WorkerLink
 from .watch import where_note
 from .wheretable import WhereTable
 
@@ -180,7 +180,7 @@ def host_prefixes(config: LaunchConfig) -> dict[int, str]:
 
 
 def host_spec(up: HostAgents, rank: int, attempt: int, display: bool, work: RankWork) -> WorkerSpec:
-    """The spec of one remote rank (its agent fills in the descriptors and the parent)."""
+    """The spec of one remote rank (its descriptors are its agent's to make, there)."""
     config = up.config
     hosts = config.hosts
     assert hosts is not None
@@ -194,17 +194,13 @@ def host_spec(up: HostAgents, rank: int, attempt: int, display: bool, work: Rank
     )
     env = variables_for_hosts()  # torch's, NCCL's, the trackers' switches of this kernel
     env.update(worker_env(machine, rank, rank % per_host, up.port, attempt, "fork"))
-    del env["GLOO_SOCKET_IFNAME"]  # each agent names its interface towards the master
     env.update(hosts.env)
     env.update(store_prefix_variables(up.secret))  # the user's env= cannot replace it
     return WorkerSpec(
         rank=rank,
         local_rank=rank % per_host,
         env=env,
-        stdout_fd=-1,
-        stderr_fd=-1,
-        start_method="fork",
-        parent_pid=0,  # the agent's, set there
+        start_method="fork",  # each host's agent forks its ranks
         num_threads=config.threads_per_process(user_thread_count()),
         sys_path=list(sys.path),
         cwd=hosts.cwd or os.getcwd(),
@@ -226,7 +222,7 @@ def job_starter(up: HostAgents, specs: list[WorkerSpec], relay_fds: Any) -> Star
         agent.links[spec.rank] = RemoteLink(spec, agent, out_fd, err_fd)
     sent: set[int] = set()
 
-    def start(spec: WorkerSpec, foreign: tuple[int, ...]) -> WorkerLink:
+    def start(spec: WorkerSpec, pipes: WorkerPipes | None, foreign: tuple[int, ...]) -> WorkerLink:
         agent = up.agent_of(spec.rank)
         if agent.index not in sent:
             sent.add(agent.index)

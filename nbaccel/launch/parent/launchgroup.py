@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
+from ..config import OnStall
 from ..events import RankStateEvent
 from ..location import CollectiveCall
 from ..protocol import Crash, Location, Notice, Reply, WorkerMessage
-from ..states import Fate, RankState
+from ..states import Fate
+from ..supervision.supervisor import WorkerLink
 from .dashboards import StopFlag
-from .errors import LaunchStopped, RankFate
+from .errors import LaunchStopped, RankFate, ended_fate
 from .placement import Placement
 from .stalls import Finding
-from .supervisor import WorkerLink
 from .watch import WhereWatch
 from .wheretable import WhereTable
 
@@ -85,7 +86,7 @@ class LaunchGroup:
         on_started: Callable[[dict[int, int]], None] | None = None,
         on_wait: Callable[[], None] | None = None,
         stall_timeout: float | None = None,
-        on_stall: str = "warn",
+        on_stall: OnStall = "warn",
     ) -> None:
         self.placement = placement
         self.supervisor = placement.supervisor(self._on_message, on_started)
@@ -106,13 +107,7 @@ class LaunchGroup:
         self.where: WhereTable | None = None
         self._explain = False  # say what went wrong, once every rank's error is in
         self.watch = WhereWatch(
-            [s.rank for s in specs],
-            placement.pipes.send_quietly,
-            self._live,
-            self._states,
-            self.supervisor.pump,
-            stall_timeout,
-            on_stall,
+            self, [s.rank for s in specs], stall_timeout=stall_timeout, on_stall=on_stall
         )
 
     def run(self) -> GroupOutcome:
@@ -145,8 +140,8 @@ class LaunchGroup:
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline and not supervisor.all_finished():
                 supervisor.pump(0.05)
-            left = self._live()
-            if left and self.watch.send is not None:
+            left = self.live_ranks()
+            if left:
                 table = self.watch.where(timeout=1.0)
                 note = (
                     f"nbaccel: rank(s) {left} did not stop within {grace:g}s of the interrupt "
@@ -195,11 +190,18 @@ class LaunchGroup:
             if handle.poll() is not None and not handle.conn_open:
                 self._settle(handle)
 
-    def _live(self) -> list[int]:
+    # -- what the watch asks (watch.WatchedGroup) --------------------------------------------
+    def send_quietly(self, message: bytes, ranks: Collection[int]) -> None:
+        self.placement.pipes.send_quietly(message, ranks)
+
+    def live_ranks(self) -> list[int]:
         return [h.spec.rank for h in self.supervisor.handles if h.exit_code is None]
 
-    def _states(self) -> dict[int, str]:
-        return {h.spec.rank: "exited" for h in self.supervisor.handles if h.exit_code is not None}
+    def exited_ranks(self) -> list[int]:
+        return [h.spec.rank for h in self.supervisor.handles if h.exit_code is not None]
+
+    def pump(self, timeout: float) -> None:
+        self.supervisor.pump(timeout)
 
     def _mark_running(self, state: Fate) -> None:
         for fate in self.fates.values():
@@ -217,16 +219,16 @@ class LaunchGroup:
             assert message.reply.value is not None  # a reply without an error has a value
             self.results[message.rank] = message.reply.value
             fate.state = Fate.RETURNED
-            self._announce(fate, RankState.RETURNED)
+            self._announce(fate)
         elif isinstance(message, Reply | Crash):
             error = message.reply.error if isinstance(message, Reply) else message.error
             assert error is not None
             fate.state, fate.error, fate.when = Fate.RAISED, error, error.when
-            self._announce(fate, RankState.FAILED)
+            self._announce(fate)
 
-    def _announce(self, fate: RankFate, state: RankState) -> None:
+    def _announce(self, fate: RankFate) -> None:
         if self.on_event is not None:
-            self.on_event(RankStateEvent(rank=fate.rank, state=state, restart_count=self.attempt))
+            self.on_event(RankStateEvent.of(fate.rank, fate.state, self.attempt))
 
     def _settle(self, handle: WorkerLink) -> None:
         fate = self.fates[handle.spec.rank]
@@ -236,11 +238,11 @@ class LaunchGroup:
         code = handle.exit_code or 0
         if self._stopped_by_us(code):
             fate.state = Fate.STOPPED if fate.state == Fate.RUNNING else fate.state
-            self._announce(fate, RankState.STOPPED)
+            self._announce(fate)
             return
-        fate.state = Fate.SIGNALLED if code < 0 else Fate.EXITED
-        fate.when = time.time()
-        self._announce(fate, RankState.FAILED)
+        fate.state, fate.when = ended_fate(code), time.time()
+        fate.collective = self.placement.collective_of(fate.rank)
+        self._announce(fate)
 
     def _stopped_by_us(self, code: int) -> bool:
         """True when an exit code is what the launcher's own stop signals produce; an exit of
@@ -252,9 +254,9 @@ class LaunchGroup:
     def _begin_stop(self, now: float, ask_where: bool = False) -> None:
         """Stop every rank; ``ask_where``: first ask the ranks still running where they are,
         and say what their answers (and the failed ranks' errors) show went wrong."""
-        if ask_where and self.watch.send is not None:
+        if ask_where:
             self._explain = True
-            if any(self.fates[r].state == Fate.RUNNING for r in self._live()):
+            if any(self.fates[r].state == Fate.RUNNING for r in self.live_ranks()):
                 self.where = self.watch.where(timeout=2.0)
             now = time.monotonic()
         self._stop_at = now

@@ -23,15 +23,17 @@ from ...environment import (
     user_thread_count,
 )
 from ..config import LaunchConfig
+from ..location import CollectiveCall
 from ..nodes.meeting import Meeting, gloo_interface
 from ..nodes.rendezvous import LOOPBACK, StoreHost
+from ..notes import NotePage
 from ..prefix import format_prefix
-from ..spec import WorkerSpec
+from ..spec import WorkerPipes, WorkerSpec
+from ..supervision.supervisor import Supervisor
 from .banner import banner
 from .placement import Placement, PlaceRequest
 from .relay import OutputRelay
 from .render import cell_renderer
-from .supervisor import Supervisor
 from .taskpipes import TaskPipes
 
 __all__ = ["ThisMachine", "worker_env"]
@@ -49,6 +51,7 @@ class ThisMachine(Placement):
     def __init__(self, request: PlaceRequest, meeting: Meeting | None = None) -> None:
         self.method = method = request.method
         self.store: StoreHost | None = None
+        self.notes: dict[int, NotePage] = {}  # rank -> the page it notes its collectives in
         config = request.config
         if meeting is None:
             wait_for = timedelta(seconds=config.rendezvous_timeout)
@@ -78,28 +81,30 @@ class ThisMachine(Placement):
             if self.store is not None:
                 self.store.close()
             raise
-        specs = []
+        # gloo's interface: loopback, or the one that reaches the master (or the user's own)
+        interface = "lo" if meeting is None else gloo_interface(meeting.route)
+        specs, fds = [], {}
         for lr, rank in ranks.items():
-            out_fd, err_fd = relay.child_fds(lr)
-            env = worker_env(config, rank, lr, port, request.attempt, method, meeting)
+            env = worker_env(config, rank, lr, port, request.attempt, method)
+            env["GLOO_SOCKET_IFNAME"] = interface
             specs.append(
                 WorkerSpec(
                     rank=rank,
                     local_rank=lr,
                     env=env,
-                    stdout_fd=out_fd,
-                    stderr_fd=err_fd,
                     start_method=method,
-                    parent_pid=os.getpid(),
                     num_threads=config.threads_per_process(user_thread_count()),
                     sys_path=list(sys.path),
                     cwd=os.getcwd(),
                     display=renderer is not None,
-                    task_fd=pipes.read_fd(rank),
                     **request.work.spec_fields(),
                 )
             )
-        super().__init__(config, specs, relay, renderer, chained, pipes)
+            out_fd, err_fd = relay.child_fds(lr)
+            self.notes[rank] = note = NotePage.create()
+            task_fd = pipes.read_fd(rank)
+            fds[rank] = WorkerPipes(out_fd, err_fd, os.getpid(), task_fd, note_fd=note.fd)
+        super().__init__(config, specs, relay, renderer, chained, pipes, fds)
         self._task_pipes = pipes
 
     def announce(self, verb: str) -> str:
@@ -114,6 +119,12 @@ class ThisMachine(Placement):
             self.relay.start()
         finally:
             self._task_pipes.close_child_ends()
+            for note in self.notes.values():  # each worker has its own; the map stays here
+                note.close_fd()
+
+    def collective_of(self, rank: int) -> CollectiveCall | None:
+        note = self.notes.get(rank)
+        return note.read() if note is not None else None
 
     def close(self) -> None:
         """Close the task pipes, stream what output is left, stop drawing, end the store."""
@@ -123,6 +134,8 @@ class ThisMachine(Placement):
             if self.renderer is not None:
                 self.renderer.close()
         finally:
+            for note in self.notes.values():
+                note.close()
             if self.store is not None:
                 with contextlib.suppress(Exception):
                     self.store.close()
@@ -135,9 +148,9 @@ def worker_env(
     port: int,
     attempt: int,
     method: str,
-    meeting: Meeting | None = None,
 ) -> dict[str, str]:
-    """The launch variables of one worker (a launch's or a pool's)."""
+    """The launch variables of one worker (a launch's or a pool's, here or on a host; gloo's
+    interface is the placement's to add)."""
     env = launch_variables(
         rank=rank,
         world_size=config.world_size,
@@ -160,8 +173,4 @@ def worker_env(
         settings = DeepSpeedConfig(config.deepspeed_config).launch_settings()
         env.update(deepspeed_launch_variables(settings))
     env["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # the launcher hosts the store
-    if meeting is None:
-        env["GLOO_SOCKET_IFNAME"] = "lo"
-    else:  # the interface that reaches the master, or the user's own choice
-        env["GLOO_SOCKET_IFNAME"] = gloo_interface(meeting.route)
     return env

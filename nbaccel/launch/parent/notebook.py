@@ -11,10 +11,10 @@ import torch.distributed as dist
 from ...environment import precision_warned_variables
 from ...state.registry import STATE, reset_registry, set_aside
 from ..config import DEFAULT_STALL_TIMEOUT, LaunchConfig
-from ..events import RankStateEvent, emit
-from ..guard import choose_start_method, install_cuda_init_tracer
+from ..events import EventSink, RankStateEvent, emit
+from ..guard import StartMethod, choose_start_method, install_cuda_init_tracer
 from ..nodes.peers import MachineLostError, RemoteRankError
-from ..states import RankState
+from ..states import Fate
 from .attempt import LaunchPlan
 from .dashboards import Board, open_dashboard
 from .errors import LaunchStopped, WorkerError
@@ -50,7 +50,7 @@ def notebook_launcher(
     cpu: bool | None = None,
     debug: bool | None = None,
     kwargs: dict[str, Any] | None = None,
-    on_event: Callable[[Any], None] | None = None,
+    on_event: EventSink | None = None,
     dashboard: bool | Any | None = None,
     display_ranks: int | list[int] | str | None = None,
     hosts: list[str] | str | bool | None = None,
@@ -174,7 +174,7 @@ def _dispatch(
     call_args: tuple[Any, ...],
     call_kwargs: dict[str, Any],
     config: LaunchConfig,
-    on_event: Callable[[Any], None] | None,
+    on_event: EventSink | None,
     board: Board | None,
 ) -> list[Any]:
     """Run the launch on the path the config asks for (TPU, in this process, or workers)."""
@@ -253,7 +253,7 @@ def refuse_existing_state() -> None:
         )
 
 
-def _start_method(config: LaunchConfig) -> str:
+def _start_method(config: LaunchConfig) -> StartMethod:
     return choose_start_method(config.start_method, config.debug)
 
 
@@ -263,7 +263,7 @@ def _run_here(
     kwargs: dict[str, Any],
     config: LaunchConfig,
     attempt: int,
-    on_event: Callable[[Any], None] | None,
+    on_event: EventSink | None,
 ) -> Any:
     """One process: run in the kernel itself, with the same variables and events as workers."""
     changes = {
@@ -275,15 +275,15 @@ def _run_here(
         changes.update(precision_warned_variables())
     with temporary_environment(changes):
         STATE.event_sink, STATE.worker_rank = on_event, 0
-        emit(RankStateEvent(rank=0, state=RankState.RUNNING, restart_count=attempt))
+        emit(RankStateEvent.of(0, Fate.RUNNING, attempt))
         try:
             result = function(*args, **kwargs)
         except BaseException:
-            emit(RankStateEvent(rank=0, state=RankState.FAILED, restart_count=attempt))
+            emit(RankStateEvent.of(0, Fate.RAISED, attempt))
             raise
         finally:
             reset_registry()  # the next launch in this kernel starts afresh
             STATE.event_sink = None
-        emit(RankStateEvent(rank=0, state=RankState.RETURNED, restart_count=attempt))
+        emit(RankStateEvent.of(0, Fate.RETURNED, attempt))
         STATE.event_sink = None
         return result

@@ -18,13 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ..config import LaunchConfig
+from ..events import EventSink
+from ..guard import StartMethod
+from ..location import CollectiveCall
 from ..nodes.peers import MachineLostError
 from ..protocol import WorkerMessage
-from ..spec import WorkerMode, WorkerSpec
+from ..spec import WorkerMode, WorkerPipes, WorkerSpec
+from ..supervision.supervisor import Starter, Supervisor
 from .relay import OutputRelay
 from .render import CellRenderer
 from .stalls import Finding
-from .supervisor import Starter, Supervisor
 from .taskpipes import TaskSender
 from .wheretable import WhereTable
 
@@ -75,10 +78,10 @@ class PlaceRequest:
     """
 
     config: LaunchConfig
-    method: str
+    method: StartMethod
     attempt: int
     work: RankWork
-    on_event: Callable[[Any], None] | None = None
+    on_event: EventSink | None = None
     line_sink: Callable[[int, str, str], None] | None = None
     streams: tuple[TextIO, TextIO] | None = None
 
@@ -93,6 +96,7 @@ class Placement(ABC):
         renderer: draws the display ranks' rich output in the cell; None outside a kernel.
         on_event: the owner's ``on_event`` behind the renderer (display events drawn first).
         pipes: each rank's task pipe (tasks, "where are you?").
+        fds: rank -> its descriptors on this machine (none for ranks other machines start).
         remote: the ranks run on other machines (their pids are not this machine's).
     """
 
@@ -104,8 +108,9 @@ class Placement(ABC):
         specs: list[WorkerSpec],
         relay: OutputRelay,
         renderer: CellRenderer | None,
-        on_event: Callable[[Any], None] | None,
+        on_event: EventSink | None,
         pipes: TaskSender,
+        fds: dict[int, WorkerPipes] | None = None,
     ) -> None:
         self.config = config
         self.specs = specs
@@ -113,6 +118,7 @@ class Placement(ABC):
         self.renderer = renderer
         self.on_event = on_event
         self.pipes = pipes
+        self.fds = fds or {}
 
     @property
     def starter(self) -> Starter | None:
@@ -132,6 +138,7 @@ class Placement(ABC):
         """The supervisor of these ranks, handing each message to ``on_message``."""
         return Supervisor(
             self.specs,
+            self.fds,
             on_message,
             keep_out=self.pipes.write_fds,
             on_started=on_started if not self.remote else None,
@@ -154,6 +161,11 @@ class Placement(ABC):
         self, where: WhereTable | None = None, findings: list[Finding] | tuple[()] = ()
     ) -> MachineLostError | None:
         """The error naming a machine that was lost, or None while none was."""
+        return None
+
+    def collective_of(self, rank: int) -> CollectiveCall | None:
+        """The collective ``rank`` noted it was in (read once it died; None: none, or not
+        noted at this place)."""
         return None
 
     def host_of(self, rank: int) -> str:

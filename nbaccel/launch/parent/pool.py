@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..config import DEFAULT_STALL_TIMEOUT, LaunchConfig, positive_seconds
-from ..events import TaskEvent
-from ..guard import choose_start_method
+from ..events import EventSink, TaskEvent
+from ..guard import StartMethod, choose_start_method
 from ..protocol import TaskReply
 from ..tasks import CallTask, CellTask, PullTask, PushTask, encode_task
 from .dashboards import open_dashboard
@@ -18,6 +18,7 @@ from .poolerrors import (
     PoolClosedError,
     RankDied,
     RanksStuck,
+    StuckReason,
     TaskTimeoutError,
     died_error,
     interrupted_error,
@@ -90,7 +91,7 @@ class WorkerPool:
         display_ranks: int | list[int] | str | None = None,
         debug: bool | None = None,
         dashboard: bool | Any = False,
-        on_event: Callable[[Any], None] | None = None,
+        on_event: EventSink | None = None,
         stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
         on_stall: str | None = None,
         hosts: list[str] | str | bool | None = None,
@@ -131,7 +132,7 @@ class WorkerPool:
             )
         refuse_existing_state()
         remote = self.config.hosts is not None  # each host's agent forks its ranks
-        self.method = (
+        self.method: StartMethod = (
             "fork" if remote else choose_start_method(self.config.start_method, self.config.debug)
         )
         board = open_dashboard(dashboard)
@@ -303,7 +304,7 @@ class WorkerPool:
         if stuck.stalled is not None:  # on_stall="raise"
             return stall_error(stuck.stalled, self._life.restart_after("a collective stalled"))
         where = self._life.group.where() if self._life.group is not None else WhereTable()
-        limit = self.config.timeout if stuck.reason == "timeout" else self.grace_period
+        limit = self.config.timeout if stuck.reason is StuckReason.TIMEOUT else self.grace_period
         text = stuck_message(stuck.ranks, label, limit, stuck.reason, where)
         text += self._life.restart_after(f"rank(s) {stuck.ranks} were stuck")
         return stuck_error(stuck.reason, text, stuck.replies, self._life.book.hosts)

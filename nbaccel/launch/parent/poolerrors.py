@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
 from ..protocol import TaskReply
@@ -18,6 +19,7 @@ __all__ = [
     "PoolClosedError",
     "RankDied",
     "RanksStuck",
+    "StuckReason",
     "TaskTimeoutError",
     "add_note",
     "broken_problem",
@@ -32,7 +34,22 @@ __all__ = [
     "task_states",
 ]
 
-_AFTER = {"a peer failed": " after another rank failed", "interrupted": " after the interrupt"}
+
+class StuckReason(Enum):
+    """Why a call stopped waiting for ranks (:class:`RanksStuck`); the value is how the
+    exception's message says it."""
+
+    PEER_FAILED = "a peer failed"  # no answer within grace_period of another rank's failure
+    INTERRUPTED = "interrupted"  # no answer within grace_period of the interrupt
+    INTERRUPTED_TWICE = "interrupted twice"  # a second interrupt: stop waiting at once
+    TIMEOUT = "timeout"  # the call ran past the pool's timeout
+    STALL = "stall"  # a collective stalled, with on_stall="raise"
+
+
+_AFTER = {
+    StuckReason.PEER_FAILED: " after another rank failed",
+    StuckReason.INTERRUPTED: " after the interrupt",
+}
 
 
 RESTARTED = (
@@ -69,16 +86,16 @@ class RankDied(Exception):
 
 class RanksStuck(Exception):
     """Ranks did not answer within the grace period (or the call's timeout), or waited in a
-    collective that stalled (``reason`` ``"stall"``, with ``on_stall="raise"``)."""
+    collective that stalled (``reason`` ``StuckReason.STALL``, with ``on_stall="raise"``)."""
 
     def __init__(
         self,
         ranks: list[int],
         replies: dict[int, TaskReply],
-        reason: str,
+        reason: StuckReason,
         stalled: tuple[Finding, WhereTable] | None = None,
     ) -> None:
-        super().__init__(f"rank(s) {ranks} did not finish ({reason})")
+        super().__init__(f"rank(s) {ranks} did not finish ({reason.value})")
         self.ranks = ranks
         self.replies = replies
         self.reason = reason
@@ -142,11 +159,11 @@ def add_note(error: BaseException, text: str) -> None:
 
 
 def stuck_message(
-    ranks: list[int], label: str, limit: float | None, reason: str, where: WhereTable
+    ranks: list[int], label: str, limit: float | None, reason: StuckReason, where: WhereTable
 ) -> str:
     """Which ranks did not finish the task ``label`` within ``limit`` seconds (the timeout,
     else the grace period), on which line, and the where table of every rank."""
-    limit_text = f"timeout={limit}s" if reason == "timeout" else f"grace_period={limit}s"
+    limit_text = f"timeout={limit}s" if reason is StuckReason.TIMEOUT else f"grace_period={limit}s"
     rows = {row["rank"]: row for row in where}
     lines = "\n".join(f"  {_at(r, rows.get(r))}" for r in ranks)
     return (
@@ -199,15 +216,18 @@ def task_states(replies: dict[int, TaskReply], interrupted: bool) -> dict[int, T
 
 
 def stuck_error(
-    reason: str, text: str, replies: dict[int, TaskReply], hosts: dict[int, str] | None = None
+    reason: StuckReason,
+    text: str,
+    replies: dict[int, TaskReply],
+    hosts: dict[int, str] | None = None,
 ) -> BaseException:
     """The exception a call raises when ranks were stuck (``text`` says where and what was
     lost): the failed rank's own error, a :class:`TaskTimeoutError` or a KeyboardInterrupt."""
-    if reason == "a peer failed":
+    if reason is StuckReason.PEER_FAILED:
         error = first_error(replies, hosts)
         if error is not None:
             add_note(error, text)
             return error
-    if reason == "timeout":
+    if reason is StuckReason.TIMEOUT:
         return TaskTimeoutError(text)
     return KeyboardInterrupt(text)

@@ -12,6 +12,8 @@ from multiprocessing.connection import wait
 from typing import Any, TextIO, cast
 
 from ..config import LaunchConfig
+from ..events import Event, EventSink
+from ..guard import StartMethod
 from ..protocol import (
     Crash,
     Location,
@@ -26,14 +28,14 @@ from ..protocol import (
 from ..remote import RemoteException
 from ..spec import WorkerMode
 from ..states import Fate
+from ..supervision.supervisor import Supervisor, WorkerLink
 from .dashboards import StopFlag
-from .errors import RankFate, build_error
+from .errors import RankFate, build_error, ended_fate
 from .launchgroup import raised_in
 from .placement import Placement, PlaceRequest, RankWork
 from .places import place
-from .poolerrors import RankDied, RanksStuck
+from .poolerrors import RankDied, RanksStuck, StuckReason
 from .stalls import Finding
-from .supervisor import Supervisor, WorkerLink
 from .watch import WhereWatch
 from .wheretable import WhereTable
 
@@ -75,9 +77,9 @@ class PoolGroup:
     def __init__(
         self,
         config: LaunchConfig,
-        method: str,
+        method: StartMethod,
         generation: int,
-        on_event: Callable[[Any], None] | None,
+        on_event: EventSink | None,
         line_sink: Callable[[int, str, str], None] | None,
     ) -> None:
         self.config = config
@@ -93,13 +95,7 @@ class PoolGroup:
         self.ready: dict[int, Ready] = {}
         self.crashed: dict[int, RemoteException] = {}
         self.watch = WhereWatch(
-            self.ranks,
-            self._send_quietly,
-            self._live,
-            self._states,
-            self.pump,
-            config.stall_timeout,
-            config.on_stall,
+            self, self.ranks, stall_timeout=config.stall_timeout, on_stall=config.on_stall
         )
 
     def host_of(self, rank: int) -> str:
@@ -159,7 +155,8 @@ class PoolGroup:
             raise OSError("the pool's ranks are not started")
         self.placement.pipes.send(message, ranks)
 
-    def _send_quietly(self, message: bytes, ranks: Collection[int]) -> None:
+    def send_quietly(self, message: bytes, ranks: Collection[int]) -> None:
+        """As :meth:`send`, where a rank that is gone is not an error."""
         if self.placement is not None:
             self.placement.pipes.send_quietly(message, ranks)
 
@@ -207,14 +204,10 @@ class PoolGroup:
             fate = RankFate(rank, rank, exit_code=handle.poll(), host=self.host_of(rank))
             if handle in dead:
                 error = self.crashed.get(rank)
-                fate.state = (
-                    Fate.RAISED
-                    if error
-                    else Fate.SIGNALLED
-                    if (fate.exit_code or 0) < 0
-                    else Fate.EXITED
-                )
+                fate.state = ended_fate(fate.exit_code, error)
                 fate.error, fate.when = error, time.time()
+                if error is None and self.placement is not None:
+                    fate.collective = self.placement.collective_of(rank)
             else:
                 fate.state = Fate.STOPPED
             fates.append(fate)
@@ -270,7 +263,7 @@ class PoolGroup:
                 self.pump(_POLL_S)
             except KeyboardInterrupt:
                 if interrupted_at is not None:  # a second interrupt: stop waiting
-                    raise RanksStuck(sorted(pending), done, "interrupted twice") from None
+                    raise RanksStuck(sorted(pending), done, StuckReason.INTERRUPTED_TWICE) from None
                 interrupted_at = time.monotonic()
                 self.interrupt(pending)
                 continue
@@ -284,15 +277,15 @@ class PoolGroup:
             self.check_alive()
             now = time.monotonic()
             if pending and failed_at is not None and now - failed_at > grace:
-                raise RanksStuck(sorted(pending), done, "a peer failed")
+                raise RanksStuck(sorted(pending), done, StuckReason.PEER_FAILED)
             if pending and interrupted_at is not None and now - interrupted_at > grace:
-                raise RanksStuck(sorted(pending), done, "interrupted")
+                raise RanksStuck(sorted(pending), done, StuckReason.INTERRUPTED)
             if pending and timeout is not None and now - started > timeout:
-                raise RanksStuck(sorted(pending), done, "timeout")
+                raise RanksStuck(sorted(pending), done, StuckReason.TIMEOUT)
             if pending and failed_at is None and interrupted_at is None:
                 self.watch.tick()
                 if self.watch.raised is not None:
-                    raise RanksStuck(sorted(pending), done, "stall", self.watch.raised)
+                    raise RanksStuck(sorted(pending), done, StuckReason.STALL, self.watch.raised)
         self.drain()
         return done, interrupted_at is not None
 
@@ -310,7 +303,7 @@ class PoolGroup:
         in first: a collective a peer left fails on the others too)."""
         table = self.where(timeout=2.0) if self.live_ranks() else None
         deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline and any(r not in self.replies for r in self._live()):
+        while time.monotonic() < deadline and any(r not in self.replies for r in self.live_ranks()):
             self.pump(_POLL_S)
         calls = raised_in(fates)
         for rank, reply in self.replies.items():
@@ -322,11 +315,9 @@ class PoolGroup:
         """The ranks whose process still runs."""
         return [h.spec.rank for h in self.handles if h.exit_code is None and h.conn_open]
 
-    def _live(self) -> list[int]:
-        return self.live_ranks()
-
-    def _states(self) -> dict[int, str]:
-        return {h.spec.rank: "exited" for h in self.handles if h.exit_code is not None}
+    def exited_ranks(self) -> list[int]:
+        """The ranks whose process ended."""
+        return [h.spec.rank for h in self.handles if h.exit_code is not None]
 
     def drain(self) -> None:
         """Stream every whole line the ranks have written so far."""
@@ -358,12 +349,12 @@ class PoolGroup:
                 self.placement.close()
 
 
-def weak_forward(life: Any) -> Callable[[Any], None]:
+def weak_forward(life: Any) -> EventSink:
     """An ``on_event`` that passes the group's events to its pool (``PoolLife.from_group``)
     while the pool lives (the group must not keep a dropped pool alive)."""
     ref = weakref.ref(life)
 
-    def forward(event: Any) -> None:
+    def forward(event: Event) -> None:
         alive = ref()
         if alive is not None:
             alive.from_group(event)

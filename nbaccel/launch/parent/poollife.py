@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 from ..config import LaunchConfig
-from ..events import PoolStateEvent, TaskEvent
+from ..events import Event, EventSink, PoolStateEvent, TaskEvent
+from ..guard import StartMethod
 from ..states import PoolState, TaskState
 from .dashboards import Board, StopFlag
 from .poolerrors import (
@@ -42,11 +42,11 @@ class PoolLife:
     def __init__(
         self,
         config: LaunchConfig,
-        method: str,
+        method: StartMethod,
         start_timeout: float,
         grace_period: float,
         board: Board | None,
-        on_event: Callable[[Any], None] | None,
+        on_event: EventSink | None,
     ) -> None:
         self.config = config
         self.method = method
@@ -110,7 +110,7 @@ class PoolLife:
 
     def close(self) -> None:
         """Stop the workers for good (idempotent)."""
-        if self.state == "closed":
+        if self.state == PoolState.CLOSED:
             return
         self.close_group()
         self.state = PoolState.CLOSED
@@ -121,7 +121,7 @@ class PoolLife:
 
     def notice_death(self) -> None:
         """A rank that died between calls leaves the pool broken."""
-        if self.group is None or self.state != "ready":
+        if self.group is None or self.state != PoolState.READY:
             return
         try:
             self.group.check_alive()
@@ -140,9 +140,9 @@ class PoolLife:
     def usable(self) -> PoolGroup:
         """The group a call runs on, or the error that says why there is none."""
         self.notice_death()
-        if self.state == "closed":
+        if self.state == PoolState.CLOSED:
             raise PoolClosedError("the pool was shut down; create a new WorkerPool.")
-        if self.state == "broken" or self.group is None:
+        if self.state == PoolState.BROKEN or self.group is None:
             raise PoolBrokenError(self.problem or "the pool is broken; call pool.restart().")
         return self.group
 
@@ -179,23 +179,23 @@ class PoolLife:
     def end_call(self) -> None:
         """The call ended, however it ended."""
         self.book.current.clear()
-        if self.state == "running":
+        if self.state == PoolState.RUNNING:
             self.state = PoolState.READY
         if self.board is not None and self.board.release_messages is not None:
             self.board.release_messages()  # a cell queued during the call runs next
 
-    def emit(self, event: Any) -> None:
+    def emit(self, event: Event) -> None:
         """Tell the dashboard and the user."""
         if self.board is not None:
             with contextlib.suppress(Exception):
                 self.board.dashboard.chain(None)(event)
         self._tell_user(event)
 
-    def from_group(self, event: Any) -> None:
+    def from_group(self, event: Event) -> None:
         """An event of the group's ranks (the dashboard had it first)."""
         self._tell_user(event)
 
-    def _tell_user(self, event: Any) -> None:
+    def _tell_user(self, event: Event) -> None:
         if self.on_event is not None:
             self.on_event(event)
 

@@ -12,7 +12,7 @@ import cloudpickle
 from ...environment import process_rss
 from ...validation import is_int
 from ..protocol import TaskReply
-from ..states import TaskState
+from ..states import PoolState, TaskState
 from .errors import RankFate
 
 __all__ = ["RankBook", "select_ranks", "values_of"]
@@ -35,24 +35,24 @@ class RankBook:
         self.fates = {f.rank: TaskState.DEAD if f.failed else TaskState.STOPPED for f in fates}
         return self.fates
 
-    def rank_state(self, rank: int, pool_state: str) -> str:
+    def rank_state(self, rank: int, pool_state: PoolState) -> str:
         """``idle``/``running`` in a live pool; ``dead``/``stopped`` in a broken one."""
-        if pool_state in ("closed", "starting"):
+        if pool_state in (PoolState.CLOSED, PoolState.STARTING):
             return str(pool_state)
-        if pool_state == "broken":
+        if pool_state == PoolState.BROKEN:
             return str(self.fates.get(rank, TaskState.DEAD))
-        return "running" if rank in self.current else "idle"
+        return str(TaskState.RUNNING if rank in self.current else TaskState.IDLE)
 
     def _rss(self, rank: int, pid: int | None) -> int | None:
         return self.remote_rss.get(rank) if self.hosts else process_rss(pid)
 
-    def rows(self, num_processes: int, pool_state: str, problem: str) -> list[dict[str, Any]]:
+    def rows(self, num_processes: int, pool_state: PoolState, problem: str) -> list[dict[str, Any]]:
         """The rows of ``WorkerPool.status()`` (on ``hosts=``, each row names its ``host``,
         ``pid`` is the pid there, and ``rss`` is what the host's agent measured last)."""
-        live = pool_state in ("ready", "running")
+        live = pool_state in (PoolState.READY, PoolState.RUNNING)
         rows = []
         for rank in range(num_processes):
-            pid = self.pids.get(rank) if live or pool_state == "broken" else None
+            pid = self.pids.get(rank) if live or pool_state == PoolState.BROKEN else None
             row: dict[str, Any] = {
                 "rank": rank,
                 "pid": pid,
@@ -64,7 +64,7 @@ class RankBook:
             }
             if self.hosts:
                 row["host"] = self.hosts.get(rank)
-            if pool_state == "broken":
+            if pool_state == PoolState.BROKEN:
                 row["error"] = problem
             rows.append(row)
         return rows

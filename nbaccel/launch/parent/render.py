@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from ...environment import in_notebook
-from ..events import BarEvent, DisplayEvent
+from ..events import BarEvent, DisplayEvent, Event, EventSink
 
 __all__ = ["CellRenderer", "cell_renderer"]
 
@@ -48,12 +48,12 @@ class CellRenderer:
         self._ids: dict[tuple[int, str], str] = {}
         self._bars: dict[tuple[int, int], Any] = {}
 
-    def chain(self, on_event: Callable[[Any], None] | None) -> Callable[[Any], None]:
+    def chain(self, on_event: EventSink | None) -> EventSink:
         """An ``on_event`` callback: draws display messages, passes every other event on.
 
         Bars are progress events too, so they also reach ``on_event`` (the dashboard)."""
 
-        def handle(event: Any) -> None:
+        def handle(event: Event) -> None:
             if isinstance(event, DisplayEvent):
                 self.draw(event)
                 return

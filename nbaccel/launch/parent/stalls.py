@@ -16,12 +16,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal, TypeAlias
 
 from ..location import CollectiveCall, RankWhere
-from ..states import WorkerPhase
+from ..states import RankKnown, WorkerPhase
 from .wheretable import describe_call, place, source_text
 
-__all__ = ["SAME_SHAPE_OPS", "Finding", "find_problems", "whereabouts"]
+__all__ = ["SAME_SHAPE_OPS", "Finding", "FindingKind", "find_problems", "whereabouts"]
 
 # collectives whose tensors have the same shape and dtype on every rank
 SAME_SHAPE_OPS = frozenset(
@@ -44,13 +45,15 @@ SAME_SHAPE_OPS = frozenset(
 # seconds two ranks wait in collectives of different numbers, seen twice, before that counts
 _SETTLED_S = 1.0
 
+FindingKind: TypeAlias = Literal["divergence", "stall"]
+
 
 @dataclass(frozen=True)
 class Finding:
     """One problem: ``kind`` is ``divergence`` or ``stall``; ``key`` names the collective
     (reported once); ``text`` says it in a sentence."""
 
-    kind: str
+    kind: FindingKind
     key: tuple[str, int]
     text: str
 
@@ -63,11 +66,12 @@ def _ranks(ranks: list[int], verb: str = "") -> str:
     return "ranks " + ", ".join(map(str, ranks)) + (f" {verb}" if verb else "")
 
 
-def whereabouts(rank: int, where: RankWhere | None, state: str = "") -> str:
-    """``rank 1 is at In [4], line 8, in f: time.sleep(1e6)`` and the like."""
-    if state == "exited":
+def whereabouts(rank: int, where: RankWhere | None, state: RankKnown | None = None) -> str:
+    """``rank 1 is at In [4], line 8, in f: time.sleep(1e6)`` and the like (``state``: what
+    the notebook knows better than the rank's answer)."""
+    if state == RankKnown.EXITED:
         return f"rank {rank} has exited"
-    if state == "elsewhere":
+    if state == RankKnown.ELSEWHERE:
         return f"rank {rank} runs on another machine (its launcher's report names its line)"
     if where is None:
         return f"rank {rank} did not answer"
@@ -167,7 +171,7 @@ def _stalled(
     seq: int,
     calls: dict[int, CollectiveCall],
     answers: Mapping[int, RankWhere | None],
-    states: Mapping[int, str],
+    states: Mapping[int, RankKnown],
     stall_timeout: float,
 ) -> Finding | None:
     longest = max(calls.values(), key=lambda call: call.seconds)
@@ -178,7 +182,7 @@ def _stalled(
     elsewhere = [r for r in members if r not in answers]  # another machine's launcher's ranks
     head = f"{_waited(list(calls))} {longest.seconds:.0f} s in {describe_call(longest)}"
     if missing:
-        named = "; ".join(whereabouts(r, answers.get(r), states.get(r, "")) for r in missing)
+        named = "; ".join(whereabouts(r, answers.get(r), states.get(r)) for r in missing)
         text = f"{head}, and {_ranks(missing)} never joined it: {named}"
     elif elsewhere:
         text = f"{head}; every rank of this machine is in it"
@@ -202,7 +206,7 @@ def _waited(ranks: list[int]) -> str:
 def find_problems(
     answers: Mapping[int, RankWhere | None],
     previous: Mapping[int, RankWhere | None],
-    states: Mapping[int, str],
+    states: Mapping[int, RankKnown],
     stall_timeout: float | None,
 ) -> list[Finding]:
     """The problems one round of answers shows (``previous``: the round before; ``states``:

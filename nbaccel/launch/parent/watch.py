@@ -20,16 +20,18 @@ import itertools
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Protocol
 
+from ..config import OnStall
 from ..location import CollectiveCall, RankWhere
 from ..protocol import AskWhere, Location, encode_for_worker
-from ..states import WorkerPhase
+from ..states import RankKnown, WorkerPhase
 from .errors import StallError
 from .stalls import Finding, find_problems
 from .wheretable import WhereTable, row_of
 
-__all__ = ["WhereWatch", "running_watches", "stall_error", "where_note"]
+__all__ = ["WatchedGroup", "WhereWatch", "running_watches", "stall_error", "where_note"]
 
 _ANSWER_S = 2.0  # a round's answers come within this, or the rank counts as not answering
 _RUNNING: list[WhereWatch] = []  # the watches of the launches and pool calls running now
@@ -72,17 +74,28 @@ def _doing(where: RankWhere | None) -> object:
     return (where.phase, where.task, line.filename if line else "", line.lineno if line else 0)
 
 
+class WatchedGroup(Protocol):
+    """What a watch asks of the group it belongs to (a ``LaunchGroup`` or a ``PoolGroup``)."""
+
+    def send_quietly(self, message: bytes, ranks: Collection[int]) -> None:
+        """Write one message to the task pipes of ``ranks`` (a rank gone is not an error)."""
+
+    def live_ranks(self) -> list[int]:
+        """The ranks whose process still runs (the others are not asked)."""
+
+    def exited_ranks(self) -> list[int]:
+        """The ranks whose process ended (the table says so, whatever they said last)."""
+
+    def pump(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s and hand on the messages that came (the supervisor's)."""
+
+
 class WhereWatch:
     """Where each rank of one group is, and the stalls and divergences that shows.
 
     Args:
+        group: the group it watches: its task pipes, its live and exited ranks, its wait.
         ranks: the group's global ranks.
-        send: writes one message to the task pipes of the given ranks (None: the ranks have
-            no pipe, e.g. another host's: the watch asks nothing).
-        live: the ranks that still run (the others are not asked).
-        states: what the notebook knows better than the ranks (``{rank: "exited"}``).
-        pump: waits up to the given seconds and hands on the messages that came (the
-            supervisor's ``pump``).
         stall_timeout: seconds in one collective that count as a stall (None: no rounds;
             :meth:`where` still answers).
         on_stall: ``"warn"`` or ``"raise"``.
@@ -91,18 +104,15 @@ class WhereWatch:
 
     def __init__(
         self,
+        group: WatchedGroup,
         ranks: Collection[int],
-        send: Callable[[bytes, Collection[int]], None] | None,
-        live: Callable[[], Collection[int]],
-        states: Callable[[], Mapping[int, str]],
-        pump: Callable[[float], None],
+        *,
         stall_timeout: float | None,
-        on_stall: str = "warn",
+        on_stall: OnStall = "warn",
         poll_every: float = 1.0,
     ) -> None:
+        self.group = group
         self.ranks = sorted(ranks)
-        self.send = send
-        self.live, self.states, self.pump = live, states, pump
         self.stall_timeout = stall_timeout
         self.on_stall = on_stall
         self.poll_every = poll_every
@@ -142,11 +152,11 @@ class WhereWatch:
 
     def tick(self) -> None:
         """Between the loop's waits: start a round when one is due, check one that ended."""
-        if self.send is None or self.stall_timeout is None or self.raised is not None:
+        if self.stall_timeout is None or self.raised is not None:
             return
         now = time.monotonic()
         if self._round is None:
-            live = self.live()
+            live = self.group.live_ranks()
             if now >= self._next and live:
                 number = self._open()
                 self._round = (number, now, tuple(sorted(live)))
@@ -162,7 +172,7 @@ class WhereWatch:
             self._answers.pop(number, None)
         latest: dict[int, RankWhere | None] = {r: answers.get(r) for r in self.ranks}
         self._remember(latest, sent)
-        self._check(latest, dict(self.states()))
+        self._check(latest, self.known())
 
     def _open(self) -> int:
         """The number of a new question, whose answers are kept until it is closed."""
@@ -172,8 +182,11 @@ class WhereWatch:
             return number
 
     def _send(self, ask: AskWhere, ranks: Collection[int]) -> None:
-        if self.send is not None:
-            self.send(encode_for_worker(ask), ranks)
+        self.group.send_quietly(encode_for_worker(ask), ranks)
+
+    def known(self) -> dict[int, RankKnown]:
+        """What the notebook knows better than the ranks: which of them exited."""
+        return dict.fromkeys(self.group.exited_ranks(), RankKnown.EXITED)
 
     def _remember(self, latest: dict[int, RankWhere | None], sent: float) -> None:
         """Keep the round, and since when each rank has been doing what it does now."""
@@ -183,14 +196,14 @@ class WhereWatch:
             if self._since.get(rank, (None, 0.0))[0] != doing:
                 self._since[rank] = (doing, sent)
 
-    def _check(self, latest: dict[int, RankWhere | None], states: dict[int, str]) -> None:
+    def _check(self, latest: dict[int, RankWhere | None], states: dict[int, RankKnown]) -> None:
         members = {
             rank
             for where in latest.values()
             if where is not None and where.collective is not None
             for rank in where.collective.group_ranks
         }
-        states = {**dict.fromkeys(members - set(self.ranks), "elsewhere"), **states}
+        states = {**dict.fromkeys(members - set(self.ranks), RankKnown.ELSEWHERE), **states}
         for finding in find_problems(latest, self._previous, states, self.stall_timeout):
             if finding.key in self._reported:
                 continue
@@ -225,12 +238,12 @@ class WhereWatch:
         """Where every rank is now (each row's answer also has the whole stack); from any
         thread. A rank that does not answer within ``timeout`` s says ``no answer``."""
         number = self._open()
-        asked = tuple(sorted(self.live())) if self.send is not None else ()
+        asked = tuple(sorted(self.group.live_ranks()))
         if asked:
             self._send(AskWhere(number, detail=True), asked)
         deadline = time.monotonic() + timeout
         while asked and time.monotonic() < deadline:
-            live = set(self.live())  # a rank that ended meanwhile will not answer
+            live = set(self.group.live_ranks())  # a rank that ended meanwhile will not answer
             with self._changed:
                 answered = self._answers.get(number, {})
                 if all(r in answered or r not in live for r in asked):
@@ -240,11 +253,11 @@ class WhereWatch:
                 with self._changed:
                     self._changed.wait(0.05)
             else:
-                self.pump(0.05)
+                self.group.pump(0.05)
         with self._changed:
             answers = self._answers.pop(number, {})
         self._asked = {r: answers.get(r) for r in self.ranks}
-        return self.table(self._asked, self.states())
+        return self.table(self._asked, self.known())
 
     def explain(self, raised_in: Mapping[int, CollectiveCall]) -> list[Finding]:
         """What the last answers show went wrong (after a rank failed): each rank as
@@ -264,7 +277,7 @@ class WhereWatch:
         return [f for f in find_problems(merged, {}, {}, None) if f.kind == "divergence"]
 
     def table(
-        self, answers: Mapping[int, RankWhere | None], states: Mapping[int, str]
+        self, answers: Mapping[int, RankWhere | None], states: Mapping[int, RankKnown]
     ) -> WhereTable:
         """The where table of one round's ``answers``."""
         now = time.monotonic()
@@ -275,7 +288,7 @@ class WhereWatch:
             seconds = None
             if since is not None and where is not None and since[0] == _doing(where):
                 seconds = round(now - since[1], 1)
-            rows.append(row_of(rank, where, states.get(rank, ""), seconds))
+            rows.append(row_of(rank, where, states.get(rank), seconds))
         return WhereTable.of(rows)
 
     @property

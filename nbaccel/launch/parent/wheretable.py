@@ -28,7 +28,7 @@ from typing import Any
 
 from ...tables import html_table, text_table
 from ..location import CollectiveCall, RankWhere, SourceLine
-from ..states import WorkerPhase
+from ..states import RankKnown, WorkerPhase
 
 __all__ = ["WhereTable", "describe_call", "place", "row_of", "source_text"]
 
@@ -91,11 +91,14 @@ def describe_call(call: CollectiveCall) -> str:
 
 
 def row_of(
-    rank: int, where: RankWhere | None, state: str = "", seconds: float | None = None
+    rank: int,
+    where: RankWhere | None,
+    state: RankKnown | None = None,
+    seconds: float | None = None,
 ) -> dict[str, Any]:
     """One rank's row (``state`` given: what the notebook knows better, e.g. ``exited``)."""
     row: dict[str, Any] = dict.fromkeys(_KEYS)
-    row.update(rank=rank, state=state or "no answer", seconds=seconds)
+    row.update(rank=rank, state=str(state) if state else "no answer", seconds=seconds)
     if where is None:
         return row
     leaving = where.phase in (WorkerPhase.RETURNED, WorkerPhase.FAILED)

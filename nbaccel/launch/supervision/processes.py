@@ -7,6 +7,7 @@ closes them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import os
 import signal
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..spec import WorkerSpec
+from ..spec import WorkerPipes, WorkerSpec
 from ..worker.redirect import redirect_child_output
 
 __all__ = ["WorkerHandle", "close_link", "start_worker"]
@@ -123,7 +124,9 @@ def _quiet_fork() -> Iterator[None]:
             gc.enable()
 
 
-def _start_fork(spec: WorkerSpec, read_fd: int, foreign: tuple[int, ...]) -> WorkerHandle:
+def _start_fork(
+    spec: WorkerSpec, pipes: WorkerPipes, read_fd: int, foreign: tuple[int, ...]
+) -> WorkerHandle:
     # imported here: the child imports nothing before its redirect
     from ..worker.main import run_worker
 
@@ -133,8 +136,9 @@ def _start_fork(spec: WorkerSpec, read_fd: int, foreign: tuple[int, ...]) -> Wor
             code = 1
             try:
                 gc.freeze()  # the kernel's objects are never collected (nor warn) here
-                redirect_child_output(spec.stdout_fd, spec.stderr_fd)
-                spec.stdout_fd, spec.stderr_fd = 1, 2  # already redirected: run_worker keeps them
+                redirect_child_output(pipes.stdout_fd, pipes.stderr_fd)
+                # already redirected: run_worker keeps them
+                pipes = dataclasses.replace(pipes, stdout_fd=1, stderr_fd=2)
             except BaseException:
                 os._exit(code)
     if pid == 0:
@@ -143,16 +147,20 @@ def _start_fork(spec: WorkerSpec, read_fd: int, foreign: tuple[int, ...]) -> Wor
             for fd in (read_fd, *foreign):  # other workers' pipes must not stay open here
                 with contextlib.suppress(OSError):
                     os.close(fd)
-            code = run_worker(spec, forked=True)
+            code = run_worker(spec, pipes, forked=True)
         finally:
             os._exit(code)
     return WorkerHandle(spec, pid, Connection(read_fd, writable=False), _pidfd(pid))
 
 
-def _start_spawn(spec: WorkerSpec, read_fd: int, payload: bytes) -> WorkerHandle:
-    keep: tuple[int, ...] = (spec.stdout_fd, spec.stderr_fd, spec.message_fd)
-    if spec.task_fd >= 0:  # its task pipe: a pool's tasks, and "where are you?"
-        keep += (spec.task_fd,)
+def _start_spawn(
+    spec: WorkerSpec, pipes: WorkerPipes, read_fd: int, payload: bytes
+) -> WorkerHandle:
+    keep: tuple[int, ...] = (pipes.stdout_fd, pipes.stderr_fd, pipes.message_fd)
+    if pipes.task_fd >= 0:  # its task pipe: a pool's tasks, and "where are you?"
+        keep += (pipes.task_fd,)
+    if pipes.note_fd >= 0:  # the page it notes its collectives in
+        keep += (pipes.note_fd,)
     popen = subprocess.Popen(
         [sys.executable, "-c", _SPAWN_BOOTSTRAP],
         stdin=subprocess.PIPE,
@@ -170,20 +178,25 @@ def _start_spawn(spec: WorkerSpec, read_fd: int, payload: bytes) -> WorkerHandle
     )
 
 
-def start_worker(spec: WorkerSpec, foreign: tuple[int, ...] = ()) -> WorkerHandle:
-    """Start one worker for ``spec``; the message pipe's write end is closed in the launcher.
+def start_worker(
+    spec: WorkerSpec, pipes: WorkerPipes | None, foreign: tuple[int, ...] = ()
+) -> WorkerHandle:
+    """Start one worker for ``spec`` with its descriptors ``pipes`` here; the message pipe's
+    write end is closed in the launcher.
 
     ``foreign`` lists the launcher's descriptors that belong to other workers: a forked
     worker closes them so that, e.g., another rank's output pipe ends when that rank exits.
     """
+    if pipes is None:
+        raise ValueError(f"rank {spec.rank} has no descriptors on this machine to start with")
     read_fd, write_fd = os.pipe()
-    spec.message_fd = write_fd
+    pipes = dataclasses.replace(pipes, message_fd=write_fd)
     try:
         if spec.start_method == "fork":
-            return _start_fork(spec, read_fd, foreign)
-        payload = spec.dumps()
+            return _start_fork(spec, pipes, read_fd, foreign)
+        payload = spec.dumps(pipes)
         os.set_inheritable(write_fd, True)
-        return _start_spawn(spec, read_fd, payload)
+        return _start_spawn(spec, pipes, read_fd, payload)
     except BaseException:
         os.close(read_fd)
         raise

@@ -15,12 +15,12 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from multiprocessing.connection import wait
 from typing import Any, Protocol
 
 from ..protocol import WorkerMessage, decode
-from ..spec import WorkerSpec
+from ..spec import WorkerPipes, WorkerSpec
 from .processes import start_worker
 
 __all__ = ["Starter", "Supervisor", "WorkerLink"]
@@ -54,34 +54,44 @@ class WorkerLink(Protocol):
         """Release what the launcher holds for this worker."""
 
 
-# starts one worker: (its spec, the launcher's descriptors it must not keep) -> its link
-Starter = Callable[[WorkerSpec, tuple[int, ...]], WorkerLink]
+# starts one worker: (its spec, its descriptors here or None, the launcher's descriptors it
+# must not keep) -> its link
+Starter = Callable[[WorkerSpec, WorkerPipes | None, tuple[int, ...]], WorkerLink]
 
 
 class Supervisor:
     """The workers of one group on this machine, and the wait for their messages and exits.
 
     Args:
-        specs: one spec per local rank.
-        on_message: called in the launcher's process with every message a worker sends.
+        specs: one spec per rank.
+        pipes: rank -> its descriptors on this machine (none for a rank another machine
+            starts).
+        on_message: called in the launcher's process with every message a worker sends,
+            decoded.
         keep_out: the launcher's own descriptors that no forked worker may keep (a pool's
             write ends of the task pipes).
         on_started: called once after :meth:`start` with ``{global rank: pid}``.
         starter: starts one worker and returns its link; default ``processes.start_worker``
             (a local child). A placement may give its own (``Placement.starter``).
+        on_bytes: when given, receives ``(handle, the message's bytes)`` undecoded instead
+            of ``on_message`` (a host's agent, which passes them on as they are).
     """
 
     def __init__(
         self,
         specs: list[WorkerSpec],
-        on_message: Callable[[WorkerMessage], None],
+        pipes: Mapping[int, WorkerPipes],
+        on_message: Callable[[WorkerMessage], None] | None,
         keep_out: tuple[int, ...] = (),
         on_started: Callable[[dict[int, int]], None] | None = None,
         starter: Starter | None = None,
+        on_bytes: Callable[[WorkerLink, bytes], None] | None = None,
     ) -> None:
         self.starter: Starter = starter if starter is not None else start_worker
         self.specs = specs
+        self.pipes = dict(pipes)
         self.on_message = on_message
+        self.on_bytes = on_bytes
         self.keep_out = keep_out
         self.on_started = on_started
         self.handles: list[WorkerLink] = []
@@ -90,15 +100,16 @@ class Supervisor:
 
     def start(self) -> None:
         """Start every worker (a forked one keeps none of the others' descriptors)."""
-        output_fds = {s.rank: (s.stdout_fd, s.stderr_fd) for s in self.specs}
         try:
             for spec in self.specs:
-                foreign = [fd for r, fds in output_fds.items() if r != spec.rank for fd in fds]
-                foreign += [s.task_fd for s in self.specs if s.rank != spec.rank]
+                others = [p for r, p in self.pipes.items() if r != spec.rank]
+                foreign = [fd for p in others for fd in p.child_ends]
                 foreign += self.keep_out
                 for handle in self.handles:
                     foreign += [handle.conn.fileno(), handle.sentinel]
-                self.handles.append(self.starter(spec, tuple(fd for fd in foreign if fd >= 0)))
+                mine = self.pipes.get(spec.rank)
+                foreign = [fd for fd in foreign if fd >= 0]
+                self.handles.append(self.starter(spec, mine, tuple(foreign)))
         except BaseException:  # e.g. an interrupt while starting: stop what did start
             self.kill_all(grace=0.5)
             self.release()
@@ -107,14 +118,21 @@ class Supervisor:
             self.on_started({h.spec.rank: h.pid for h in self.handles})
 
     # -- the wait ----------------------------------------------------------------------------
-    def pump(self, timeout: float) -> None:
-        """Wait up to ``timeout`` s; hand on every message that arrived and note every exit."""
+    def pump(self, timeout: float, also: Mapping[int, Callable[[], object]] | None = None) -> None:
+        """Wait up to ``timeout`` s; hand on every message that arrived and note every exit.
+        ``also``: more descriptors to wait on at once, each with what to call when it is
+        readable (a host's agent: its channel to the notebook, its ranks' output)."""
+        also = also or {}
         with self._reading:
             waitables: list[Any] = [h.conn for h in self.handles if h.conn_open]
             waitables += [
                 h.sentinel for h in self.handles if h.exit_code is None and h.sentinel >= 0
             ]
+            waitables += list(also)
             for ready in wait(waitables, timeout=timeout):
+                if isinstance(ready, int) and ready in also:
+                    also[ready]()
+                    continue
                 for handle in self.handles:
                     if ready is handle.conn:
                         self.receive(handle)
@@ -133,7 +151,10 @@ class Supervisor:
             if handle.sentinel < 0:
                 handle.poll()
             return
-        self.on_message(decode(data))
+        if self.on_bytes is not None:
+            self.on_bytes(handle, data)
+        elif self.on_message is not None:
+            self.on_message(decode(data))
 
     def drain(self, handle: WorkerLink) -> None:
         """Hand on what ``handle``'s pipe still holds (a dead worker's last words)."""

@@ -9,6 +9,10 @@ reader thread), and is attached to an exception the collective raises. A call th
 its ``Work`` (``async_op=True``) stays noted, as queued, until that work has completed: a
 rank that went on while its peers never joined is still named in the collective.
 
+When the launcher gave the worker a note page (``launch/notes.py``), the call also writes what
+it is there before torch's C++ code runs, so that a rank killed inside it (gloo aborts on
+mismatched shapes) is still named with its collective: one ``pack_into``, no formatting.
+
 A collective called inside another (``all_gather_object`` calls ``all_gather``) counts once,
 as the outer one, on every rank alike. Code that bound a collective before the worker
 started (``from torch.distributed import all_reduce`` in the notebook, then fork) calls
@@ -34,6 +38,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from ..location import CollectiveCall
+from ..notes import DTYPES, OPS, NotePage
 from .frames import person_frame, source_line
 
 __all__ = [
@@ -41,6 +46,7 @@ __all__ = [
     "collective_failed",
     "collective_in",
     "forget_failures",
+    "keep_notes_in",
     "track_collectives",
     "untrack_collectives",
 ]
@@ -89,6 +95,10 @@ _QUEUED: dict[int, tuple[CollectiveCall, float, Any]] = {}  # thread id -> its l
 # call (described when it returned: the caller's line moves on), its start, and its Work
 _COUNTS: dict[int, int] = {}  # id of a process group -> collectives called on it so far
 _FAILED: dict[int, CollectiveCall] = {}  # thread id -> the last collective that raised there
+_NOTE: list[NotePage] = []  # the page the launcher reads (none: not kept)
+_GROUP_RANKS: dict[int, tuple[int, ...]] = {}  # id of a process group -> its global ranks
+_OP_INDEX = {op: at for at, op in enumerate(OPS)}
+_DTYPE_INDEX = {name: at for at, name in enumerate(DTYPES)}
 _WORLD: Any = getattr(c10d, "_world", None)
 _NOT_A_MEMBER: Any = getattr(c10d.GroupMember, "NON_GROUP_MEMBER", object())
 
@@ -109,9 +119,17 @@ def _tracked(op: str, original: Callable[..., Any]) -> Callable[..., Any]:
         seq = _COUNTS[key] = _COUNTS.get(key, 0) + 1
         record = _ACTIVE[ident] = _Call(op, seq, group, args, kwargs)
         record.caller = sys._getframe(1)
+        note = _NOTE[0] if _NOTE else None
+        if note is not None:
+            try:
+                _write_note(note, record)
+            except Exception:  # the note is a help, never a reason for the call to fail
+                note = None
+        queued = False
         try:
             result = original(*args, **kwargs)
             if callable(getattr(result, "is_completed", None)):  # async_op=True: its Work
+                queued = True
                 _QUEUED[ident] = (_describe(record, record.start), record.start, result)
             return result
         except Exception as exc:
@@ -120,6 +138,8 @@ def _tracked(op: str, original: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             record.caller = None
             del _ACTIVE[ident]
+            if note is not None:
+                note.left(queued)
 
     functools.update_wrapper(call, original)
     call.__dict__["_nbaccel_tracks"] = original
@@ -135,6 +155,7 @@ def _forgetting_counts(original: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             _COUNTS.clear()
             _QUEUED.clear()
+            _GROUP_RANKS.clear()
 
     functools.update_wrapper(destroy, original)
     destroy.__dict__["_nbaccel_tracks"] = original
@@ -170,6 +191,35 @@ def untrack_collectives() -> None:
             wrapper = getattr(module, op, None)
             if wrapper is not None and _wrapped(wrapper):
                 setattr(module, op, wrapper.__dict__["_nbaccel_tracks"])
+
+
+def keep_notes_in(fd: int) -> None:
+    """Write each collective this worker enters into the note page on ``fd`` (its launcher's
+    copy of the page names the collective if the worker dies in it)."""
+    if fd >= 0 and not _NOTE:
+        _NOTE.append(NotePage.open(fd))
+
+
+def _write_note(note: NotePage, record: _Call) -> None:
+    """What ``record`` is, in the note page (its group's ranks are looked up once)."""
+    group = record.group
+    ranks = _GROUP_RANKS.get(id(group))
+    if ranks is None:
+        try:
+            ranks = tuple(int(r) for r in c10d.get_process_group_ranks(group))
+        except Exception:
+            ranks = ()
+        _GROUP_RANKS[id(group)] = ranks
+    _, at, name = COLLECTIVES[record.op]
+    tensors: list[tuple[tuple[int, ...], int]] = []
+    if at is not None:
+        sent = record.args[at] if len(record.args) > at else record.kwargs.get(name)
+        for item in sent if isinstance(sent, (list, tuple)) else (sent,):
+            if isinstance(item, torch.Tensor):
+                dtype = _DTYPE_INDEX.get(str(item.dtype)[6:], 255)  # "torch.float32"
+                tensors.append((tuple(item.shape), dtype))
+    world = _WORLD is not None and group is _WORLD.default_pg
+    note.entered(_OP_INDEX.get(record.op, 255), record.seq, world, ranks, tensors)
 
 
 def collective_in(thread_id: int) -> CollectiveCall | None:

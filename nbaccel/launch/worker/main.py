@@ -24,11 +24,11 @@ from ..guard import check_child_not_bad_fork
 from ..location import RankWhere
 from ..protocol import AskWhere, Crash, Location, Notice, Ready, Reply, WorkerMessage, encode
 from ..remote import capture_exception
-from ..spec import WorkerMode, WorkerSpec
+from ..spec import WorkerMode, WorkerPipes, WorkerSpec
 from ..states import RankState, WorkerPhase
 from ..tasks import CallTask
 from .bars import text_bars_in_worker
-from .collectives import track_collectives
+from .collectives import keep_notes_in, track_collectives
 from .display import install_worker_display
 from .frames import mark_boundary
 from .redirect import redirect_child_output
@@ -99,27 +99,30 @@ def _prepare(spec: WorkerSpec, channel: _Channel, forked: bool) -> None:
         check_child_not_bad_fork()
 
 
-def _inbox(spec: WorkerSpec, channel: _Channel, whereabouts: Whereabouts) -> TaskInbox | None:
+def _inbox(task_fd: int, channel: _Channel, whereabouts: Whereabouts) -> TaskInbox | None:
     """The reader of the worker's task pipe; it answers :class:`AskWhere` at once."""
-    if spec.task_fd < 0:  # a rank another host's agent started: no pipe from the notebook
+    if task_fd < 0:  # started without a task pipe: nobody can ask it
         return None
+    rank = channel.rank
 
     def answer(ask: AskWhere) -> None:
         try:
             where = whereabouts.answer(ask.detail)
         except Exception:  # an answer, however poor, rather than a silent rank
-            where = RankWhere(spec.rank, whereabouts.host, os.getpid(), whereabouts.phase)
+            where = RankWhere(rank, whereabouts.host, os.getpid(), whereabouts.phase)
         with contextlib.suppress(OSError, ValueError):  # the worker is ending: no one asks
-            channel.send(Location(spec.rank, where, ask.request))
+            channel.send(Location(rank, where, ask.request))
 
-    return TaskInbox(spec.task_fd, answer)
+    return TaskInbox(task_fd, answer)
 
 
-def _run_one_task(spec: WorkerSpec, channel: _Channel, whereabouts: Whereabouts) -> int:
+def _run_one_task(
+    spec: WorkerSpec, task_fd: int, channel: _Channel, whereabouts: Whereabouts
+) -> int:
     """A launch: the worker's one task is ``spec.function``; then the group is left."""
     runner = TaskRunner({}, spec.rank)
     task = CallTask(0, spec.function, spec.args, spec.kwargs)
-    inbox = _inbox(spec, channel, whereabouts)
+    inbox = _inbox(task_fd, channel, whereabouts)
     name = getattr(spec.function, "__name__", "the function")
     whereabouts.enter(WorkerPhase.RUNNING, name)
     try:
@@ -141,7 +144,9 @@ def _run_one_task(spec: WorkerSpec, channel: _Channel, whereabouts: Whereabouts)
             inbox.close()
 
 
-def _serve_tasks(spec: WorkerSpec, channel: _Channel, whereabouts: Whereabouts) -> int:
+def _serve_tasks(
+    spec: WorkerSpec, task_fd: int, channel: _Channel, whereabouts: Whereabouts
+) -> int:
     """A pool: join the group once, then run each task read from the task pipe until told to
     stop. SIGINT is ignored between tasks and raises ``KeyboardInterrupt`` inside one."""
 
@@ -160,7 +165,7 @@ def _serve_tasks(spec: WorkerSpec, channel: _Channel, whereabouts: Whereabouts) 
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, interrupt)
-    inbox = _inbox(spec, channel, whereabouts)
+    inbox = _inbox(task_fd, channel, whereabouts)
     assert inbox is not None  # a pool's rank always has its task pipe
     channel.send(Ready(spec.rank, str(state.device), os.getpid()))
     try:
@@ -186,20 +191,21 @@ def _flush_streams() -> None:
             stream.flush()
 
 
-def run_worker(spec: WorkerSpec, forked: bool) -> int:
+def run_worker(spec: WorkerSpec, pipes: WorkerPipes, forked: bool) -> int:
     """Run this (launched) process's tasks: ``spec.function`` for a launch, the task pipe's
     sequence for a pool; returns the exit code."""
-    redirect_child_output(spec.stdout_fd, spec.stderr_fd)
+    redirect_child_output(pipes.stdout_fd, pipes.stderr_fd)
     text_bars_in_worker()  # notebook progress bars cannot be drawn from a worker
-    _die_with_parent(spec.parent_pid)
+    _die_with_parent(pipes.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides when workers stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    channel = _Channel(spec.message_fd, spec.rank)
+    channel = _Channel(pipes.message_fd, spec.rank)
     code = 1
     try:
         _prepare(spec, channel, forked)
+        keep_notes_in(pipes.note_fd)  # the launcher names a collective this rank dies in
         serve = _run_one_task if spec.mode is WorkerMode.LAUNCH else _serve_tasks
-        code = serve(spec, channel, Whereabouts(spec.rank))
+        code = serve(spec, pipes.task_fd, channel, Whereabouts(spec.rank))
     except BaseException as exc:  # a failure of the worker machinery itself
         with contextlib.suppress(Exception):
             channel.send(Crash(spec.rank, capture_exception(exc, time.time())))
@@ -217,7 +223,7 @@ mark_boundary(run_worker.__code__)  # a forked worker's older frames are the not
 def spawn_entry(data: bytes) -> None:
     """Entry point of a spawned worker: ``data`` is the pickled :class:`WorkerSpec`."""
     try:
-        spec = WorkerSpec.loads(data)
+        spec, pipes = WorkerSpec.loads(data)
     except BaseException as exc:  # e.g. the function's module cannot be imported here
         header = WorkerSpec.header(data)
         stdout_fd, stderr_fd, message_fd = header["fds"]
@@ -226,4 +232,4 @@ def spawn_entry(data: bytes) -> None:
         channel.send(Crash(channel.rank, capture_exception(exc, time.time())))
         channel.close()
         os._exit(1)
-    os._exit(run_worker(spec, forked=False))
+    os._exit(run_worker(spec, pipes, forked=False))
