@@ -33,6 +33,7 @@ from .devices import DeviceChoice, choose_device, cuda_device_count, hardware_de
 from .fsdp import fsdp_launch_variables, read_fsdp_launch
 from .launch import (
     LaunchEnvironment,
+    choice_variables,
     debug_mode_requested,
     launch_variables,
     log_level_requested,
@@ -69,6 +70,7 @@ __all__ = [
     "DeviceChoice",
     "LaunchEnvironment",
     "accelerate_config_candidates",
+    "choice_variables",
     "choose_deepspeed_accelerator",
     "choose_device",
     "config_file_override",

@@ -221,12 +221,38 @@ def launch_variables(
         "NODE_RANK": str(node_rank),
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
-        "NBACCEL_RESTART_COUNT": str(restart_count),
         "NBACCEL_FORK_LAUNCHED": "1" if fork_launched else "0",
-        "NBACCEL_USE_CPU": "1" if use_cpu else "0",
     }
+    variables.update(
+        choice_variables(
+            mixed_precision=mixed_precision,
+            use_cpu=use_cpu,
+            restart_count=restart_count,
+            debug=debug,
+            precision_warned=precision_warned,
+        )
+    )
+    return variables
+
+
+def choice_variables(
+    *,
+    mixed_precision: str | None,
+    use_cpu: bool | None = None,
+    restart_count: int | None = None,
+    debug: bool = False,
+    precision_warned: bool = False,
+) -> dict[str, str]:
+    """The variables that carry a launcher's choices into the processes it runs (workers, the
+    kernel itself with one process, a TPU's cores): the one place their names are written.
+    None leaves a variable out."""
+    variables: dict[str, str] = {}
     if mixed_precision is not None:
         variables["NBACCEL_MIXED_PRECISION"] = mixed_precision
+    if use_cpu is not None:
+        variables["NBACCEL_USE_CPU"] = "1" if use_cpu else "0"
+    if restart_count is not None:
+        variables["NBACCEL_RESTART_COUNT"] = str(restart_count)
     if debug:
         variables["NBACCEL_DEBUG_MODE"] = "1"
     if precision_warned:

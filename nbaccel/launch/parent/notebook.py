@@ -8,7 +8,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ...environment import precision_warned_variables
+from ...environment import choice_variables
 from ...state.registry import STATE, reset_registry, set_aside
 from ..config import DEFAULT_STALL_TIMEOUT, LaunchConfig
 from ..events import EventSink, RankStateEvent, emit
@@ -266,13 +266,12 @@ def _run_here(
     on_event: EventSink | None,
 ) -> Any:
     """One process: run in the kernel itself, with the same variables and events as workers."""
-    changes = {
-        "NBACCEL_MIXED_PRECISION": config.mixed_precision,
-        "NBACCEL_USE_CPU": "1" if config.cpu else "0",
-        "NBACCEL_RESTART_COUNT": str(attempt),
-    }
-    if config.precision_falls_back:  # LaunchConfig.build warned already
-        changes.update(precision_warned_variables())
+    changes = choice_variables(
+        mixed_precision=config.mixed_precision,
+        use_cpu=config.cpu,
+        restart_count=attempt,
+        precision_warned=config.precision_falls_back,  # LaunchConfig.build warned already
+    )
     with temporary_environment(changes):
         STATE.event_sink, STATE.worker_rank = on_event, 0
         emit(RankStateEvent.of(0, Fate.RUNNING, attempt))

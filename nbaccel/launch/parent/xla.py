@@ -21,7 +21,12 @@ from typing import Any
 
 import cloudpickle
 
-from ...environment import fsdp_launch_variables, tpu_requested, xla_device_name
+from ...environment import (
+    choice_variables,
+    fsdp_launch_variables,
+    tpu_requested,
+    xla_device_name,
+)
 from ...state.registry import reset_registry
 from ..config import LaunchConfig
 from ..protocol import Reply, TaskReply, decode, encode
@@ -91,11 +96,10 @@ def _xla_variables(config: LaunchConfig) -> dict[str, str | None]:
     bf16 on a TPU is asked of torch_xla with ``XLA_USE_BF16`` as Accelerate does (float32
     tensors are kept in bfloat16); elsewhere the workers autocast to bfloat16 instead.
     """
-    changes: dict[str, str | None] = {"NBACCEL_MIXED_PRECISION": config.mixed_precision}
+    changes: dict[str, str | None] = {}
+    changes.update(choice_variables(mixed_precision=config.mixed_precision, debug=config.debug))
     if config.mixed_precision == "bf16" and tpu_requested():
         changes["XLA_USE_BF16"] = "1"
-    if config.debug:
-        changes["NBACCEL_DEBUG_MODE"] = "1"
     if config.fsdp_config is not None:  # xla: true in it shards with XLA's FSDP
         changes.update(fsdp_launch_variables(config.fsdp_config))
     return changes
