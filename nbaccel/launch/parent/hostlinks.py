@@ -1,7 +1,7 @@
 """The notebook's side of a host's agent: one ssh (or srun) process per host, one link per
 remote rank.
 
-:class:`AgentLink` starts ``ssh ... python -m nbaccel.launch.parent.hostagent`` (or, with
+:class:`AgentLink` starts ``ssh ... python -m nbaccel.launch.agent`` (or, with
 ``hosts="slurm"``, ``srun ... python -m ...`` as a step of the job: ``slurmhosts.py``), reads its
 frames on one thread (``agent/wire.py``) and beats every second on another. Each remote rank
 is a :class:`RemoteLink`, a ``supervisor.WorkerLink``: its ``conn`` gets the rank's message
