@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -35,6 +36,7 @@ def _forward(wrapper: Any, field: str, name: str) -> Any:
     return getattr(wrapped, name)
 
 
+@dataclass(eq=False, repr=False)
 class AcceleratedOptimizer(torch.optim.Optimizer):
     """Wraps a user's optimizer: steps only on gradient-synchronising steps, through the fp16
     scaler when there is one, and records whether the scaler skipped the step.
@@ -48,22 +50,15 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             model wrapper does not reduce gradients itself (XLA).
     """
 
-    def __init__(
-        self,
-        optimizer: torch.optim.Optimizer,
-        device_placement: bool = True,
-        scaler: torch.amp.GradScaler | None = None,
-        device: torch.device | None = None,
-        gradient_reducer: Callable[[torch.optim.Optimizer], None] | None = None,
-    ) -> None:
-        self.optimizer = optimizer
-        self.gradient_reducer = gradient_reducer
-        self.scaler = scaler
-        self.device = device
-        self.device_placement = device_placement
-        self.gradient_state = GradientState()
-        self._is_overflow = False  # Accelerate's name: the fp16 scaler skipped the last step
-        self._unscaled = False
+    optimizer: torch.optim.Optimizer
+    device_placement: bool = True
+    scaler: torch.amp.GradScaler | None = None
+    device: torch.device | None = None
+    gradient_reducer: Callable[[torch.optim.Optimizer], None] | None = None
+    gradient_state: GradientState = field(default_factory=GradientState, init=False)
+    # Accelerate's name: the fp16 scaler skipped the last step
+    _is_overflow: bool = field(default=False, init=False)
+    _unscaled: bool = field(default=False, init=False)
 
     @property
     def step_was_skipped(self) -> bool:
@@ -167,6 +162,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         return f"AcceleratedOptimizer({self.optimizer!r})"
 
 
+@dataclass(eq=False, repr=False)
 class AcceleratedScheduler:
     """Wraps a learning-rate scheduler so that it steps with the optimizer.
 
@@ -182,20 +178,12 @@ class AcceleratedScheduler:
         num_processes: processes in the job.
     """
 
-    def __init__(
-        self,
-        scheduler: Any,
-        optimizers: list[AcceleratedOptimizer],
-        step_with_optimizer: bool = True,
-        split_batches: bool = False,
-        num_processes: int = 1,
-    ) -> None:
-        self.scheduler = scheduler
-        self.optimizers = optimizers
-        self.step_with_optimizer = step_with_optimizer
-        self.split_batches = split_batches
-        self.num_processes = num_processes
-        self.gradient_state = GradientState()
+    scheduler: Any
+    optimizers: list[AcceleratedOptimizer]
+    step_with_optimizer: bool = True
+    split_batches: bool = False
+    num_processes: int = 1
+    gradient_state: GradientState = field(default_factory=GradientState, init=False)
 
     def step(self, *args: Any, **kwargs: Any) -> None:
         """Step the wrapped scheduler when the optimizer really stepped."""

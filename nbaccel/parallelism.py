@@ -4,7 +4,7 @@ from them; the tensor/context/sequence parallel handlers, whose use is refused c
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, overload
 
 from torch.distributed import device_mesh
 
@@ -84,6 +84,33 @@ def _size(name: str, value: Any, defaults: dict[str, str]) -> int:
     if not is_int(value) or value < 1:
         raise ValueError(f"ParallelismConfig({name}={value!r}): must be an int of at least 1.")
     return value
+
+
+class _EnabledDims:
+    """A read-only attribute of :class:`ParallelismConfig`: the dimensions among ``dims``
+    whose size is above 1, in that order."""
+
+    def __init__(self, *dims: str, doc: str) -> None:
+        self.dims = dims
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, config: None, owner: type) -> _EnabledDims: ...
+
+    @overload
+    def __get__(self, config: ParallelismConfig, owner: type) -> list[str]: ...
+
+    def __get__(self, config: ParallelismConfig | None, owner: type) -> _EnabledDims | list[str]:
+        if config is None:
+            return self
+        sizes = config._sizes()
+        return [d for d in self.dims if sizes[d] > 1]
+
+    def __set__(self, config: ParallelismConfig, value: object) -> None:
+        raise AttributeError(f"property {self.name!r} of 'ParallelismConfig' object has no setter")
 
 
 @dataclasses.dataclass
@@ -170,25 +197,24 @@ class ParallelismConfig:
         """``tp_size * cp_size * sp_size``."""
         return int(self.tp_size) * int(self.cp_size) * int(self.sp_size)  # type: ignore[arg-type]
 
-    @property
-    def dp_dim_names(self) -> list[str]:
-        """The enabled data-parallel mesh dimensions."""
-        return [d for d in ("dp_replicate", "dp_shard") if self._sizes()[d] > 1]
+    dp_dim_names = _EnabledDims(
+        "dp_replicate", "dp_shard", doc="The enabled data-parallel mesh dimensions."
+    )
 
-    @property
-    def non_dp_dim_names(self) -> list[str]:
-        """The enabled tensor/context/sequence mesh dimensions."""
-        return [d for d in ("tp", "cp", "sp") if self._sizes()[d] > 1]
+    non_dp_dim_names = _EnabledDims(
+        "tp", "cp", "sp", doc="The enabled tensor/context/sequence mesh dimensions."
+    )
 
-    @property
-    def dp_shard_cp_dim_names(self) -> list[str]:
-        """The enabled dimensions among ``dp_shard`` and ``cp``."""
-        return [d for d in ("dp_shard", "cp") if self._sizes()[d] > 1]
+    dp_shard_cp_dim_names = _EnabledDims(
+        "dp_shard", "cp", doc="The enabled dimensions among ``dp_shard`` and ``cp``."
+    )
 
-    @property
-    def dp_cp_dim_names(self) -> list[str]:
-        """The enabled dimensions among ``dp_replicate``, ``dp_shard`` and ``cp``."""
-        return [d for d in ("dp_replicate", "dp_shard", "cp") if self._sizes()[d] > 1]
+    dp_cp_dim_names = _EnabledDims(
+        "dp_replicate",
+        "dp_shard",
+        "cp",
+        doc="The enabled dimensions among ``dp_replicate``, ``dp_shard`` and ``cp``.",
+    )
 
     @property
     def fsdp_dim_names(self) -> list[str]:

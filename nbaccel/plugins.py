@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from .enums import DynamoBackend
@@ -15,6 +16,14 @@ __all__ = [
     "TorchDynamoPlugin",
     "launched_dynamo_plugin",
 ]
+
+
+def fill_unset(plugin: Any, defaults: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """Set each field of ``plugin`` named in ``defaults`` that is still None: to its value in
+    ``given`` (the launch's settings) when it is there, else to its default."""
+    for name, default in defaults.items():
+        if getattr(plugin, name) is None:
+            setattr(plugin, name, given.get(name, default))
 
 
 @dataclasses.dataclass
@@ -85,9 +94,7 @@ class TorchDynamoPlugin:
     def __post_init__(self) -> None:
 
         given = dynamo_settings()
-        for name, default in _DYNAMO_DEFAULTS.items():
-            if getattr(self, name) is None:
-                setattr(self, name, given.get(name, default))
+        fill_unset(self, _DYNAMO_DEFAULTS, given)
         if self.dynamic is None:
             self.dynamic = given.get("dynamic")
         self.backend = DynamoBackend.parse(self.backend, "TorchDynamoPlugin(backend)")

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .values import ValueProblem, as_bool, as_choice, as_int, as_str
+from .values import ValueProblem, as_bool, as_choice, as_int, as_mapping, as_str
 
 __all__ = [
     "DEEPSPEED_IGNORED_KEYS",
@@ -263,9 +263,7 @@ def as_deepspeed_config(value: Any) -> DeepSpeedConfig:
         return value
     if value is None:
         return DeepSpeedConfig()
-    if not isinstance(value, Mapping):
-        raise ValueProblem(f"has the value {value!r}, which is not a mapping")
-    return DeepSpeedConfig(dict(value))
+    return DeepSpeedConfig(as_mapping(value))
 
 
 def check_one_sharding(

@@ -283,12 +283,17 @@ def _deepspeed_for_launcher(loaded: LoadedConfig) -> dict[str, Any] | None:
     return loaded.config.deepspeed_config.to_dict()
 
 
+def _configured_value(key: str) -> Any:
+    """The config file's value for ``key`` when a file in force sets it, else None."""
+    loaded = config_in_force()
+    if loaded is None or key not in loaded.keys:
+        return None
+    return getattr(loaded.config, key)
+
+
 def configured_precision() -> str | None:
     """The config file's ``mixed_precision`` when a file in force sets it, else None."""
-    loaded = config_in_force()
-    if loaded is None or "mixed_precision" not in loaded.keys:
-        return None
-    return loaded.config.mixed_precision
+    return _configured_value("mixed_precision")
 
 
 def configured_fsdp() -> Path | None:
@@ -301,10 +306,7 @@ def configured_fsdp() -> Path | None:
 
 def configured_accumulation_steps() -> int | None:
     """The config file's ``gradient_accumulation_steps`` when a file in force sets it."""
-    loaded = config_in_force()
-    if loaded is None or "gradient_accumulation_steps" not in loaded.keys:
-        return None
-    return loaded.config.gradient_accumulation_steps
+    return _configured_value("gradient_accumulation_steps")
 
 
 def configured_dynamo_plugin() -> TorchDynamoPlugin | None:

@@ -31,6 +31,7 @@ from .values import (
     as_bool,
     as_choice,
     as_int,
+    as_mapping,
     as_port,
     as_seconds_or_none,
     as_str,
@@ -173,18 +174,14 @@ def _str_list(value: Any) -> list[str]:
 def _fsdp(value: Any) -> FsdpConfig:
     if isinstance(value, FsdpConfig):
         return value
-    if not isinstance(value, Mapping):
-        raise ValueProblem(f"has the value {value!r}, which is not a mapping")
-    return FsdpConfig(dict(value))
+    return FsdpConfig(as_mapping(value))
 
 
 def _dynamo(value: Any) -> dict[str, Any]:
     if value is None:
         return {}
-    if not isinstance(value, Mapping):
-        raise ValueProblem(f"has the value {value!r}, which is not a mapping")
     out = {}
-    for key, raw in value.items():
+    for key, raw in as_mapping(value).items():
         if key not in DYNAMO_KEYS:
             raise ValueProblem("is not a dynamo_config key", key=key, known=tuple(DYNAMO_KEYS))
         try:

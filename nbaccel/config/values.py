@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..validation import is_int
@@ -15,6 +15,7 @@ __all__ = [
     "as_bool",
     "as_choice",
     "as_int",
+    "as_mapping",
     "as_port",
     "as_seconds_or_none",
     "as_str",
@@ -128,6 +129,13 @@ def as_str(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueProblem(f"has the value {value!r}, which is not a string")
     return str(value)
+
+
+def as_mapping(value: Any) -> dict[Any, Any]:
+    """A mapping, as a plain dict copy."""
+    if not isinstance(value, Mapping):
+        raise ValueProblem(f"has the value {value!r}, which is not a mapping")
+    return dict(value)
 
 
 def as_choice(value: Any, allowed: tuple[str, ...]) -> str:

@@ -26,6 +26,15 @@ def _rebuild(template: Any, items: list[Any]) -> Any:
     return type(template)(items)
 
 
+def _rebuild_mapping(template: Mapping[Any, Any], items: dict[Any, Any]) -> Any:
+    """``items`` in the mapping type of ``template``, or the plain dict when that type cannot
+    be built from one."""
+    try:
+        return type(template)(items)  # type: ignore[call-arg]
+    except TypeError:
+        return items
+
+
 def send_to_device(batch: Any, device: torch.device | str, non_blocking: bool = False) -> Any:
     """Move every tensor in a nested batch to ``device``.
 
@@ -41,11 +50,9 @@ def send_to_device(batch: Any, device: torch.device | str, non_blocking: bool = 
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=non_blocking)
     if isinstance(batch, Mapping):
-        moved = {k: send_to_device(v, device, non_blocking) for k, v in batch.items()}
-        try:
-            return type(batch)(moved)  # type: ignore[call-arg]
-        except TypeError:
-            return moved
+        return _rebuild_mapping(
+            batch, {k: send_to_device(v, device, non_blocking) for k, v in batch.items()}
+        )
     if isinstance(batch, (list, tuple)):
         return _rebuild(batch, [send_to_device(v, device, non_blocking) for v in batch])
     to = getattr(batch, "to", None)
@@ -104,11 +111,7 @@ def slice_batch(batch: Any, start: int, stop: int) -> Any:
     if isinstance(batch, (torch.Tensor, np.ndarray)):
         return batch[start:stop]
     if isinstance(batch, Mapping):
-        sliced = {k: slice_batch(v, start, stop) for k, v in batch.items()}
-        try:
-            return type(batch)(sliced)  # type: ignore[call-arg]
-        except TypeError:
-            return sliced
+        return _rebuild_mapping(batch, {k: slice_batch(v, start, stop) for k, v in batch.items()})
     if isinstance(batch, (list, tuple)):
         if _is_sample_list(batch):
             return _rebuild(batch, list(batch[start:stop]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch.utils.data import IterableDataset
@@ -13,6 +14,7 @@ from ..validation import is_int
 __all__ = ["IterableDatasetShard"]
 
 
+@dataclass(eq=False, repr=False)
 class IterableDatasetShard(IterableDataset):
     """The samples of an iterable dataset that belong to one process.
 
@@ -30,15 +32,19 @@ class IterableDatasetShard(IterableDataset):
         split_batches: ``batch_size`` is the global batch size, split between processes.
     """
 
-    def __init__(
-        self,
-        dataset: Any,
-        batch_size: int = 1,
-        drop_last: bool = False,
-        num_processes: int = 1,
-        process_index: int = 0,
-        split_batches: bool = False,
-    ) -> None:
+    dataset: Any
+    batch_size: int = 1
+    drop_last: bool = False
+    num_processes: int = 1
+    process_index: int = 0
+    split_batches: bool = False
+    epoch: int = field(default=0, init=False)
+    duplicated_samples: int = field(default=0, init=False)
+    last_batch_real_samples: int = field(default=-1, init=False)
+
+    def __post_init__(self) -> None:
+        batch_size, num_processes = self.batch_size, self.num_processes
+        process_index, split_batches = self.process_index, self.split_batches
         if not is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
         if not isinstance(num_processes, int) or num_processes < 1:
@@ -50,15 +56,6 @@ class IterableDatasetShard(IterableDataset):
                 f"split_batches=True cuts every batch into {num_processes} equal pieces, but "
                 f"the batch size {batch_size} is not a round multiple of {num_processes}."
             )
-        self.dataset = dataset
-        self.batch_size = batch_size
-        self.drop_last = drop_last
-        self.num_processes = num_processes
-        self.process_index = process_index
-        self.split_batches = split_batches
-        self.epoch = 0
-        self.duplicated_samples = 0
-        self.last_batch_real_samples = -1
 
     @property
     def global_batch_size(self) -> int:

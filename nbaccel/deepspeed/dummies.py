@@ -9,7 +9,15 @@ from typing import Any
 __all__ = ["DummyOptim", "DummyScheduler"]
 
 
-class DummyOptim:
+class _StandIn:
+    """What both stand-ins keep: the keyword arguments they do not name, as Accelerate keeps
+    them (in ``kwargs``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+
+
+class DummyOptim(_StandIn):
     """The parameters to train and the learning rate for the config's ``"optimizer"``.
 
     Args:
@@ -21,13 +29,13 @@ class DummyOptim:
     def __init__(
         self, params: Any, lr: float = 0.001, weight_decay: float = 0, **kwargs: Any
     ) -> None:
+        super().__init__(**kwargs)
         self.params = params
         self.lr = lr
         self.weight_decay = weight_decay
-        self.kwargs = kwargs
 
 
-class DummyScheduler:
+class DummyScheduler(_StandIn):
     """The warm-up for the config's ``"scheduler"``, or a function that builds a scheduler
     from DeepSpeed's optimizer (``lr_scheduler_callable``).
 
@@ -48,8 +56,8 @@ class DummyScheduler:
         lr_scheduler_callable: Callable[[Any], Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        super().__init__(**kwargs)
         self.optimizer = optimizer
         self.total_num_steps = total_num_steps
         self.warmup_num_steps = warmup_num_steps
         self.lr_scheduler_callable = lr_scheduler_callable
-        self.kwargs = kwargs

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..config.deepspeed import OFFLOAD_LOWEST_STAGE, offload_problem
 from ..environment import read_deepspeed_launch
+from ..plugins import fill_unset
 from .checks import as_bool, as_int, check_offload_device, check_stage
 from .hfconfig import HfDeepSpeedConfig
 
@@ -95,9 +96,7 @@ class DeepSpeedPlugin:
             )
         self.enable_msamp = False
         launch = read_deepspeed_launch()
-        for name, default in _DEFAULTS.items():
-            if getattr(self, name) is None:
-                setattr(self, name, launch.get(name, default))
+        fill_unset(self, _DEFAULTS, launch)
         if self.hf_ds_config is None:
             self.hf_ds_config = launch.get("hf_ds_config")
         if self.zero3_init_flag is None and "zero3_init_flag" in launch:

@@ -37,6 +37,15 @@ ACCELERATE_LOGGER_NAME = "accelerate.utils.environment"
 _LOGGER = logging.getLogger(ACCELERATE_LOGGER_NAME)
 
 
+def _put_environment(values: Mapping[str, str | None]) -> None:
+    """Set each variable to its value, or remove it where the value is None."""
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @contextlib.contextmanager
 def temporary_environment(changes: Mapping[str, str | None]) -> Iterator[None]:
     """Set (or, for None values, remove) variables, and put back exactly what was there.
@@ -46,18 +55,10 @@ def temporary_environment(changes: Mapping[str, str | None]) -> Iterator[None]:
     """
     saved = {key: os.environ.get(key) for key in changes}
     try:
-        for key, value in changes.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        _put_environment(changes)
         yield
     finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
+        _put_environment(saved)
 
 
 @contextlib.contextmanager

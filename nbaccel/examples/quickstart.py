@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import torch
@@ -20,12 +21,37 @@ _MISSING_SKLEARN = (
 )
 
 
+def import_extra(name: str, missing: str) -> Any:
+    """Import the optional package ``name`` (an extra of the examples); when it is not
+    installed, raise a ``ModuleNotFoundError`` whose message, ``missing``, says how to install it.
+    """
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(missing, name=name) from exc
+
+
 def require_scikit_learn() -> None:
     """Raise a ``ModuleNotFoundError`` that says how to install scikit-learn when it is missing."""
-    try:
-        import sklearn  # noqa: F401  # probes for the optional scikit-learn (examples extra)
-    except ModuleNotFoundError as exc:
-        raise ModuleNotFoundError(_MISSING_SKLEARN, name="sklearn") from exc
+    import_extra("sklearn", _MISSING_SKLEARN)
+
+
+def evaluate(accelerator: Accelerator, model: nn.Module, test_loader: Any) -> dict[str, Any]:
+    """The prepared ``model``'s accuracy on the prepared ``test_loader`` (gathered from every
+    process), the number of samples evaluated and a CPU copy of the unwrapped weights."""
+    model.eval()
+    correct = total = 0
+    with torch.no_grad():
+        for x, y in test_loader:
+            predicted, expected = accelerator.gather_for_metrics((model(x).argmax(dim=1), y))
+            correct += int((predicted == expected).sum())
+            total += len(expected)
+    weights = accelerator.unwrap_model(model).state_dict()
+    return {
+        "accuracy": correct / total,
+        "evaluated": total,
+        "state_dict": {k: v.detach().cpu().clone() for k, v in weights.items()},
+    }
 
 
 def load_digits_tensors(
@@ -115,21 +141,11 @@ def train(
             accelerator.print(f"epoch {epoch + 1}/{epochs}: loss {last_loss:.4f}")
     if verbose:
         print(f"trained on {seen} images in {steps} optimizer steps")
-    model.eval()
-    correct = total = 0
-    with torch.no_grad():
-        for x, y in test_loader:
-            predicted, expected = accelerator.gather_for_metrics((model(x).argmax(dim=1), y))
-            correct += int((predicted == expected).sum())
-            total += len(expected)
-    weights = accelerator.unwrap_model(model).state_dict()
     return {
         "rank": accelerator.process_index,
         "world_size": accelerator.num_processes,
         "device": str(accelerator.device),
         "steps": steps,
         "last_loss": last_loss,
-        "accuracy": correct / total,
-        "evaluated": total,
-        "state_dict": {k: v.detach().cpu().clone() for k, v in weights.items()},
+        **evaluate(accelerator, model, test_loader),
     }

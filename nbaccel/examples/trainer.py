@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .quickstart import load_digits_tensors
+from .quickstart import import_extra, load_digits_tensors
 
 __all__ = ["DigitImages", "accuracy", "digit_images", "tiny_classifier", "train_with_trainer"]
 
@@ -23,12 +23,8 @@ _MISSING_TRANSFORMERS = (
 
 
 def _transformers() -> Any:
-    try:
-        # transformers is optional (the trainer extra)
-        import transformers
-    except ModuleNotFoundError as exc:
-        raise ModuleNotFoundError(_MISSING_TRANSFORMERS, name="transformers") from exc
-    return transformers
+    # transformers is optional (the trainer extra)
+    return import_extra("transformers", _MISSING_TRANSFORMERS)
 
 
 class DigitImages(torch.utils.data.Dataset):

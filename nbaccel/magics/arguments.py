@@ -10,7 +10,7 @@ from IPython.core.error import UsageError
 
 from ..config.schema import DEFAULT_STALL_TIMEOUT
 
-__all__ = ["LINE_USAGE", "parse_cell_line", "parse_line", "parse_ranks"]
+__all__ = ["LINE_USAGE", "parse_cell_line", "parse_line", "parse_ranks", "pool_options"]
 
 LINE_USAGE = """\
 %nbaccel start -n N [--mixed_precision no|fp16|bf16|fp8] [--start_method auto|fork|spawn] [--cpu]
@@ -91,6 +91,12 @@ def parse_line(line: str) -> argparse.Namespace:
             f"usage:\n{LINE_USAGE}"
         )
     return options
+
+
+def pool_options(options: argparse.Namespace) -> dict[str, Any]:
+    """The options of a ``%nbaccel start`` line as the pool's keyword arguments: each flag
+    is named after the ``WorkerPool`` argument it sets."""
+    return {name: value for name, value in vars(options).items() if name != "command"}
 
 
 def parse_ranks(text: str) -> list[int]:

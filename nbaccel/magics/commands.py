@@ -10,7 +10,7 @@ from IPython.core import magic
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, magics_class
 
-from .arguments import LINE_USAGE, parse_cell_line, parse_line
+from .arguments import LINE_USAGE, parse_cell_line, parse_line, pool_options
 from .auto import AutoCells
 from .show import StatusTable, cell_value
 
@@ -55,19 +55,7 @@ class PoolMagics(Magics):
         from ..launch.parent.pool import WorkerPool  # the pool's core lives with the launcher
 
         try:
-            pool = WorkerPool(
-                num_processes=options.num_processes,
-                mixed_precision=options.mixed_precision,
-                start_method=options.start_method,
-                cpu=options.cpu,
-                timeout=options.timeout,
-                stall_timeout=options.stall_timeout,
-                on_stall=options.on_stall,
-                hosts=options.hosts,
-                python=options.python,
-                cwd=options.cwd,
-                connect_timeout=options.connect_timeout,
-            )
+            pool = WorkerPool(**pool_options(options))
         except (ValueError, TypeError) as err:  # a bad value: say it as a usage error
             raise UsageError(f"%nbaccel start: {err}\nusage:\n{LINE_USAGE}") from None
         self.pool = pool

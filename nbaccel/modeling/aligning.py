@@ -9,7 +9,8 @@ back on ``meta`` after it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -41,6 +42,7 @@ def _is_meta(device: Device | None) -> bool:
     return device is not None and as_device(device).type == "meta"
 
 
+@dataclass(eq=False, repr=False)
 class AlignDevicesHook(ModelHook):
     """Run a module on ``execution_device``, its weights offloaded between calls if asked.
 
@@ -58,29 +60,18 @@ class AlignDevicesHook(ModelHook):
         tied_params_map: weights of tied groups already put on a device (shared, not copied).
     """
 
-    def __init__(
-        self,
-        execution_device: Device | None = None,
-        offload: bool = False,
-        io_same_device: bool = False,
-        weights_map: Mapping[str, Any] | None = None,
-        offload_buffers: bool = False,
-        place_submodules: bool = False,
-        skip_keys: SkipKeys = None,
-        tied_params_map: TiedParamsMap | None = None,
-    ) -> None:
-        self.execution_device = execution_device
-        self.offload = offload
-        self.io_same_device = io_same_device
-        self.weights_map = weights_map
-        self.offload_buffers = offload_buffers
-        self.place_submodules = place_submodules
-        self.skip_keys = skip_keys
-        self.tied_params_map = tied_params_map
-        self.input_device: torch.device | None = None
-        self.original_devices: dict[str, torch.device] = {}
-        self.tied_params_names: set[str] = set()
-        self.tied_pointers_to_remove: set[tuple[int, torch.device]] = set()
+    execution_device: Device | None = None
+    offload: bool = False
+    io_same_device: bool = False
+    weights_map: Mapping[str, Any] | None = None
+    offload_buffers: bool = False
+    place_submodules: bool = False
+    skip_keys: SkipKeys = None
+    tied_params_map: TiedParamsMap | None = None
+    input_device: torch.device | None = field(default=None, init=False)
+    original_devices: dict[str, torch.device] = field(default_factory=dict, init=False)
+    tied_params_names: set[str] = field(default_factory=set, init=False)
+    tied_pointers_to_remove: set[tuple[int, torch.device]] = field(default_factory=set, init=False)
 
     def __repr__(self) -> str:
         return (
@@ -242,6 +233,12 @@ def attach_execution_device_hook(
         )
 
 
+def _named_children(module: nn.Module, module_name: str) -> Iterator[tuple[str, nn.Module]]:
+    """``module``'s children under their full names (``module_name`` is ``module``'s)."""
+    for child_name, child in module.named_children():
+        yield (f"{module_name}.{child_name}" if module_name else child_name), child
+
+
 def attach_align_device_hook(
     module: nn.Module,
     execution_device: Device | None = None,
@@ -267,34 +264,32 @@ def attach_align_device_hook(
             the start of their own ``forward`` (for modules that use a submodule's weights
             without calling it).
     """
-    preload = preload_module_classes is not None and type(module).__name__ in preload_module_classes
-    full_offload = offload and preload
-    if next(named_module_tensors(module), None) is not None or full_offload:
-        prefix = f"{module_name}." if module_name else ""
-        hook = AlignDevicesHook(
-            execution_device=execution_device,
-            offload=offload,
-            weights_map=PrefixedDataset(weights_map, prefix) if weights_map is not None else None,
-            offload_buffers=offload_buffers,
-            place_submodules=full_offload,
-            skip_keys=skip_keys,
-            tied_params_map=tied_params_map,
+
+    def attach(module: nn.Module, module_name: str) -> None:
+        preload = (
+            preload_module_classes is not None and type(module).__name__ in preload_module_classes
         )
-        add_hook_to_module(module, hook, append=True)
-    if full_offload:
-        return
-    for child_name, child in module.named_children():
-        attach_align_device_hook(
-            child,
-            execution_device=execution_device,
-            offload=offload,
-            weights_map=weights_map,
-            offload_buffers=offload_buffers,
-            module_name=f"{module_name}.{child_name}" if module_name else child_name,
-            skip_keys=skip_keys,
-            preload_module_classes=preload_module_classes,
-            tied_params_map=tied_params_map,
-        )
+        full_offload = offload and preload
+        if next(named_module_tensors(module), None) is not None or full_offload:
+            prefix = f"{module_name}." if module_name else ""
+            hook = AlignDevicesHook(
+                execution_device=execution_device,
+                offload=offload,
+                weights_map=PrefixedDataset(weights_map, prefix)
+                if weights_map is not None
+                else None,
+                offload_buffers=offload_buffers,
+                place_submodules=full_offload,
+                skip_keys=skip_keys,
+                tied_params_map=tied_params_map,
+            )
+            add_hook_to_module(module, hook, append=True)
+        if full_offload:
+            return
+        for child_name, child in _named_children(module, module_name):
+            attach(child, child_name)
+
+    attach(module, module_name)
 
 
 def attach_align_device_hook_on_blocks(
@@ -315,6 +310,7 @@ def attach_align_device_hook_on_blocks(
     With one device and one ``offload`` for everything, the whole module gets one hook (or,
     offloaded, one per module that holds weights).
     """
+    common: dict[str, Any] = {"skip_keys": skip_keys, "tied_params_map": tied_params_map}
     if not isinstance(execution_device, Mapping) and not isinstance(offload, Mapping):
         if offload:
             attach_align_device_hook(
@@ -324,16 +320,14 @@ def attach_align_device_hook_on_blocks(
                 weights_map=weights_map,
                 offload_buffers=offload_buffers,
                 module_name=module_name,
-                skip_keys=skip_keys,
-                tied_params_map=tied_params_map,
+                **common,
             )
         else:
             hook = AlignDevicesHook(
                 execution_device=execution_device,
                 io_same_device=True,
-                skip_keys=skip_keys,
                 place_submodules=True,
-                tied_params_map=tied_params_map,
+                **common,
             )
             add_hook_to_module(module, hook)
         return
@@ -344,50 +338,45 @@ def attach_align_device_hook_on_blocks(
         assert isinstance(offload, Mapping)
         devices = dict.fromkeys(offload, execution_device)
     offloads = offload if isinstance(offload, Mapping) else dict.fromkeys(devices, offload)
-    common: dict[str, Any] = {"skip_keys": skip_keys, "tied_params_map": tied_params_map}
-    if module_name in devices and module_name in offloads:
-        device = devices[module_name]
-        if not offloads[module_name]:
-            hook = AlignDevicesHook(
-                execution_device=device,
-                offload_buffers=offload_buffers,
-                io_same_device=module_name == "",
-                place_submodules=True,
-                **common,
-            )
-            add_hook_to_module(module, hook)
-        else:
-            attach_align_device_hook(
-                module,
-                execution_device=device,
-                offload=True,
-                weights_map=weights_map,
-                offload_buffers=offload_buffers,
-                module_name=module_name,
-                preload_module_classes=preload_module_classes,
-                **common,
-            )
-            if "_hf_hook" not in module.__dict__:
+
+    def attach(module: nn.Module, module_name: str) -> None:
+        if module_name in devices and module_name in offloads:
+            device = devices[module_name]
+            if not offloads[module_name]:
                 hook = AlignDevicesHook(
-                    execution_device=device, io_same_device=module_name == "", **common
+                    execution_device=device,
+                    offload_buffers=offload_buffers,
+                    io_same_device=module_name == "",
+                    place_submodules=True,
+                    **common,
                 )
                 add_hook_to_module(module, hook)
-        if device is not None:
-            # an offloaded block's preloading modules keep their submodules hook-free
-            preload = preload_module_classes if offloads[module_name] else None
-            attach_execution_device_hook(module, device, preload_module_classes=preload, **common)
-    elif module_name == "":
-        hook = AlignDevicesHook(execution_device=devices.get(""), io_same_device=True, **common)
-        add_hook_to_module(module, hook)
-    for child_name, child in module.named_children():
-        attach_align_device_hook_on_blocks(
-            child,
-            execution_device=devices,
-            offload=offloads,
-            weights_map=weights_map,
-            offload_buffers=offload_buffers,
-            module_name=f"{module_name}.{child_name}" if module_name else child_name,
-            skip_keys=skip_keys,
-            preload_module_classes=preload_module_classes,
-            tied_params_map=tied_params_map,
-        )
+            else:
+                attach_align_device_hook(
+                    module,
+                    execution_device=device,
+                    offload=True,
+                    weights_map=weights_map,
+                    offload_buffers=offload_buffers,
+                    module_name=module_name,
+                    preload_module_classes=preload_module_classes,
+                    **common,
+                )
+                if "_hf_hook" not in module.__dict__:
+                    hook = AlignDevicesHook(
+                        execution_device=device, io_same_device=module_name == "", **common
+                    )
+                    add_hook_to_module(module, hook)
+            if device is not None:
+                # an offloaded block's preloading modules keep their submodules hook-free
+                preload = preload_module_classes if offloads[module_name] else None
+                attach_execution_device_hook(
+                    module, device, preload_module_classes=preload, **common
+                )
+        elif module_name == "":
+            hook = AlignDevicesHook(execution_device=devices.get(""), io_same_device=True, **common)
+            add_hook_to_module(module, hook)
+        for child_name, child in _named_children(module, module_name):
+            attach(child, child_name)
+
+    attach(module, module_name)

@@ -11,18 +11,23 @@ from .parallel_view import ParallelismStateMixin
 from .partial import PartialState, ProcessView, process_items
 from .registry import STATE, AcceleratorRecord, ProcessRecord, current_process, reset_registry
 from .rules import apply_fp16_rule, deepspeed_plugins_in_use, fsdp_applies, fsdp_plugin_in_use
-from .shared import SharedState, StateResetError
+from .shared import SharedStateView, StateResetError, record_property
 
 __all__ = ["AcceleratorState"]
 
 
-def _accelerator_items() -> dict[str, Any]:
+def _accelerator_records() -> tuple[AcceleratorRecord, ProcessRecord] | None:
+    """The accelerator and process records while both are set up, else None."""
+    if STATE.accelerator is None or STATE.process is None:
+        return None
+    return STATE.accelerator, STATE.process
+
+
+def _accelerator_items(records: tuple[AcceleratorRecord, ProcessRecord]) -> dict[str, Any]:
     """The state under the names of Accelerate's ``AcceleratorState._shared_state``."""
-    record = STATE.accelerator
-    if record is None or STATE.process is None:
-        return {}
+    record, process = records
     return {
-        **process_items(),
+        **process_items(process),
         "_mixed_precision": record.mixed_precision,
         "deepspeed_plugins": record.deepspeed_plugins,
         "device_mesh": getattr(record.parallelism_config, "device_mesh", None),
@@ -202,15 +207,11 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
         kind = DistributedType.parse(value, "AcceleratorState.distributed_type")
         self._record().distributed_type = DistributedType(kind)
 
-    @property
-    def fsdp_plugin(self) -> Any:
-        """The FSDP plugin in use, or None."""
-        return self._record().fsdp_plugin
+    fsdp_plugin: Any = record_property("_record", "fsdp_plugin", "The FSDP plugin in use, or None.")
 
-    @property
-    def dynamo_plugin(self) -> Any:
-        """The ``torch.compile`` plugin in use, or None."""
-        return self._record().dynamo_plugin
+    dynamo_plugin: Any = record_property(
+        "_record", "dynamo_plugin", "The ``torch.compile`` plugin in use, or None."
+    )
 
     @property
     def is_fsdp2(self) -> bool:
@@ -258,7 +259,9 @@ class AcceleratorState(ParallelismStateMixin, ProcessView):
                 other._unselect()
         chosen.select(_from_accelerator_state=True)
 
-    _shared_state = SharedState("AcceleratorState", _accelerator_items, _reset_accelerator_state)
+    _shared_state = SharedStateView(
+        "AcceleratorState", _accelerator_records, _accelerator_items, _reset_accelerator_state
+    )
 
     @staticmethod
     def _reset_state(reset_partial_state: bool = False) -> None:

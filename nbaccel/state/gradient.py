@@ -7,16 +7,13 @@ from typing import Any
 from ..environment import read_fsdp_launch
 from ..plugins import GradientAccumulationPlugin
 from .registry import STATE, GradientRecord
-from .shared import SharedState
+from .shared import SharedStateView, record_property
 
 __all__ = ["GradientState"]
 
 
-def _gradient_items() -> dict[str, Any]:
+def _gradient_items(record: GradientRecord) -> dict[str, Any]:
     """The record under the names of Accelerate's ``GradientState._shared_state``."""
-    record = STATE.gradient
-    if record is None:
-        return {}
     return {
         "_is_xla_gradients_synced": record.xla_gradients_synced,
         "plugin_kwargs": record.plugin.to_kwargs(),
@@ -48,7 +45,9 @@ class GradientState:
         elif plugin is not None:
             STATE.gradient.plugin = plugin
 
-    _shared_state = SharedState("GradientState", _gradient_items, _reset_gradient_state)
+    _shared_state = SharedStateView(
+        "GradientState", lambda: STATE.gradient, _gradient_items, _reset_gradient_state
+    )
 
     @staticmethod
     def _reset_state() -> None:
@@ -71,25 +70,25 @@ class GradientState:
         """The accumulation plugin as a dict."""
         return self._record().plugin.to_kwargs()
 
-    @property
-    def num_steps(self) -> int:
-        """Batches accumulated per optimizer step."""
-        return self._record().plugin.num_steps
+    num_steps: int = record_property(
+        "_record", "plugin.num_steps", "Batches accumulated per optimizer step."
+    )
 
-    @property
-    def adjust_scheduler(self) -> bool:
-        """Whether the scheduler is stepped once per accumulation cycle."""
-        return self._record().plugin.adjust_scheduler
+    adjust_scheduler: bool = record_property(
+        "_record",
+        "plugin.adjust_scheduler",
+        "Whether the scheduler is stepped once per accumulation cycle.",
+    )
 
-    @property
-    def sync_with_dataloader(self) -> bool:
-        """Whether gradients synchronise at the end of each data loader."""
-        return self._record().plugin.sync_with_dataloader
+    sync_with_dataloader: bool = record_property(
+        "_record",
+        "plugin.sync_with_dataloader",
+        "Whether gradients synchronise at the end of each data loader.",
+    )
 
-    @property
-    def sync_each_batch(self) -> bool:
-        """Whether gradients synchronise on every batch."""
-        return self._record().plugin.sync_each_batch
+    sync_each_batch: bool = record_property(
+        "_record", "plugin.sync_each_batch", "Whether gradients synchronise on every batch."
+    )
 
     @property
     def sync_gradients(self) -> bool:
@@ -100,10 +99,9 @@ class GradientState:
     def sync_gradients(self, sync_gradients: bool) -> None:
         self._set_sync_gradients(sync_gradients)
 
-    @property
-    def active_dataloader(self) -> Any:
-        """The data loader being iterated, or None."""
-        return self._record().active_dataloader
+    active_dataloader: Any = record_property(
+        "_record", "active_dataloader", "The data loader being iterated, or None."
+    )
 
     @property
     def dataloader_references(self) -> list[Any]:

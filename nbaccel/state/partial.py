@@ -25,7 +25,7 @@ from .registry import (
     process_group_kwargs,
     reset_registry,
 )
-from .shared import SharedState, missing_attribute
+from .shared import SharedStateView, missing_attribute, record_property
 
 __all__ = ["PartialState", "ProcessView"]
 
@@ -43,11 +43,8 @@ def _check_index(name: str, value: Any, limit: int, what: str) -> int:
     return value
 
 
-def process_items() -> dict[str, Any]:
+def process_items(record: ProcessRecord) -> dict[str, Any]:
     """The process record under the names Accelerate's ``PartialState._shared_state`` uses."""
-    record = STATE.process
-    if record is None:
-        return {}
     return {
         "_cpu": record.cpu,
         "backend": record.backend,
@@ -83,20 +80,20 @@ class ProcessView:
         """True once the process state has been set up."""
         return STATE.process is not None
 
-    @property
-    def device(self) -> torch.device:
-        """The device this process computes on."""
-        return self._process().device
+    device: torch.device = record_property(
+        "_process", "device", "The device this process computes on."
+    )
 
     @property
     def default_device(self) -> torch.device:
         """Alias of :attr:`device`."""
         return self.device
 
-    @property
-    def backend(self) -> str | None:
-        """The process-group backend (``gloo``, ``nccl``, ``xla``) or None on one process."""
-        return self._process().backend
+    backend: str | None = record_property(
+        "_process",
+        "backend",
+        "The process-group backend (``gloo``, ``nccl``, ``xla``) or None on one process.",
+    )
 
     @property
     def distributed_type(self) -> DistributedType:
@@ -108,25 +105,21 @@ class ProcessView:
             return DistributedType.DEEPSPEED
         return self._process().distributed_type
 
-    @property
-    def num_processes(self) -> int:
-        """Number of processes in the job."""
-        return self._process().num_processes
+    num_processes: int = record_property(
+        "_process", "num_processes", "Number of processes in the job."
+    )
 
-    @property
-    def process_index(self) -> int:
-        """Global index of this process."""
-        return self._process().process_index
+    process_index: int = record_property(
+        "_process", "process_index", "Global index of this process."
+    )
 
-    @property
-    def local_process_index(self) -> int:
-        """Index of this process on its machine."""
-        return self._process().local_process_index
+    local_process_index: int = record_property(
+        "_process", "local_process_index", "Index of this process on its machine."
+    )
 
-    @property
-    def local_num_processes(self) -> int:
-        """Number of processes on this machine."""
-        return self._process().local_num_processes
+    local_num_processes: int = record_property(
+        "_process", "local_num_processes", "Number of processes on this machine."
+    )
 
     @property
     def is_main_process(self) -> bool:
@@ -170,15 +163,15 @@ class ProcessView:
         record = self._process()
         record.launch = dataclasses.replace(record.launch, debug=value)
 
-    @property
-    def fork_launched(self) -> bool:
-        """True in a worker forked by the notebook launcher."""
-        return self._process().launch.fork_launched
+    fork_launched: bool = record_property(
+        "_process", "launch.fork_launched", "True in a worker forked by the notebook launcher."
+    )
 
-    @property
-    def restart_count(self) -> int:
-        """How many times the group was restarted before this attempt (0 on the first)."""
-        return self._process().launch.restart_count
+    restart_count: int = record_property(
+        "_process",
+        "launch.restart_count",
+        "How many times the group was restarted before this attempt (0 on the first).",
+    )
 
     # -- synchronisation ---------------------------------------------------------------------
     def wait_for_everyone(self) -> None:
@@ -333,7 +326,9 @@ class PartialState(ProcessView):
                     "Accelerator with cpu=True (or restart the kernel)."
                 )
 
-    _shared_state = SharedState("PartialState", process_items, reset_registry)
+    _shared_state = SharedStateView(
+        "PartialState", lambda: STATE.process, process_items, reset_registry
+    )
 
     @staticmethod
     def _reset_state() -> None:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NoReturn
 
-__all__ = ["SharedState", "SharedStateView", "StateResetError", "missing_attribute"]
+__all__ = [
+    "SharedStateView",
+    "StateResetError",
+    "missing_attribute",
+    "record_property",
+]
 
 
 class StateResetError(AttributeError, RuntimeError):
@@ -16,15 +22,30 @@ class StateResetError(AttributeError, RuntimeError):
 class SharedStateView(Mapping[str, Any]):
     """A live, read-only mapping of one state record: empty until the state is set up.
 
+    ``record`` returns the record (None before the set-up), ``items`` its items under
+    Accelerate's names.
+
     ``PartialState._shared_state == {}`` tells whether the state exists, and
     ``PartialState._shared_state["device"]`` reads it, as code written for Accelerate does;
     ``clear()`` resets that state.
     """
 
-    def __init__(self, owner: str, read: Callable[[], dict[str, Any]], reset: Callable[[], None]):
+    def __init__(
+        self,
+        owner: str,
+        record: Callable[[], Any],
+        items: Callable[[Any], dict[str, Any]],
+        reset: Callable[[], None],
+    ):
         self._owner = owner
-        self._read = read
+        self._record = record
+        self._items = items
         self._reset = reset
+
+    def _read(self) -> dict[str, Any]:
+        """The record's items under Accelerate's names; none while there is no record."""
+        record = self._record()
+        return {} if record is None else self._items(record)
 
     def __getitem__(self, key: str) -> Any:
         return self._read()[key]
@@ -53,18 +74,9 @@ class SharedStateView(Mapping[str, Any]):
     def __repr__(self) -> str:
         return repr(self._read())
 
-
-class SharedState:
-    """Class attribute that gives the same :class:`SharedStateView` on the class and on
-    instances."""
-
-    def __init__(
-        self, owner: str, read: Callable[[], dict[str, Any]], reset: Callable[[], None]
-    ) -> None:
-        self._view = SharedStateView(owner, read, reset)
-
     def __get__(self, obj: object, objtype: type | None = None) -> SharedStateView:
-        return self._view
+        """As a class attribute, the same view on the class and on its instances."""
+        return self
 
 
 def missing_attribute(obj: object, name: str, reset: bool) -> NoReturn:
@@ -86,3 +98,15 @@ def missing_attribute(obj: object, name: str, reset: bool) -> NoReturn:
             )
         prop.fget(obj)  # the property failed for its own reason: let that error through
     raise AttributeError(f"'{owner.__name__}' object has no attribute '{name}'")
+
+
+def record_property(record: str, path: str, doc: str) -> Any:
+    """A read-only property of a state class: the attribute at ``path`` (dotted) of the record
+    that the class's method ``record`` returns, e.g. ``record_property("_process",
+    "launch.debug", ...)`` reads ``self._process().launch.debug``."""
+    read = operator.attrgetter(path)
+
+    def get(self: Any) -> Any:
+        return read(getattr(self, record)())
+
+    return property(get, doc=doc)

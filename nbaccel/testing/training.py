@@ -16,6 +16,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from ..accelerator import Accelerator
+from ..examples.quickstart import evaluate
 from ..seeding import set_seed
 
 __all__ = ["make_dataset", "make_model", "train_classifier"]
@@ -75,20 +76,10 @@ def train_classifier(
             accelerator.backward(loss)
             optimizer.step()
             steps, last_loss = steps + 1, float(loss.detach())
-    model.eval()
-    correct = total = 0
-    with torch.no_grad():
-        for x, y in test_loader:
-            predicted, expected = accelerator.gather_for_metrics((model(x).argmax(dim=1), y))
-            correct += int((predicted == expected).sum())
-            total += len(expected)
-    weights = accelerator.unwrap_model(model).state_dict()
     return {
         "rank": accelerator.process_index,
         "world_size": accelerator.num_processes,
         "steps": steps,
         "last_loss": last_loss,
-        "accuracy": correct / total,
-        "evaluated": total,
-        "state_dict": {k: v.detach().cpu().clone() for k, v in weights.items()},
+        **evaluate(accelerator, model, test_loader),
     }

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from ..state import PartialState
 
-__all__ = ["GeneralTracker", "on_main_process", "scalar_value"]
+__all__ = ["GeneralTracker", "OpenedTracker", "on_main_process", "scalar_value"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -104,3 +104,28 @@ class GeneralTracker:
     def __repr__(self) -> str:
         kind = "blank " if getattr(self, "_blank", False) else ""
         return f"<{kind}{type(self).__name__} name={getattr(self, 'name', '')!r}>"
+
+
+class OpenedTracker(GeneralTracker):
+    """A built-in tracker around one object that :meth:`start` opens (a run, a writer).
+
+    The object is kept in the attribute Accelerate gives it for that tracker, named by the
+    class attribute ``opened_attribute`` (None until :meth:`start`); :attr:`tracker` returns it.
+    """
+
+    opened_attribute = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        setattr(self, self.opened_attribute, None)
+
+    @property
+    def tracker(self) -> Any:
+        """The opened object (None before :meth:`start`)."""
+        return getattr(self, self.opened_attribute)
+
+    def opened(self) -> Any:
+        """The opened object, after calling :meth:`start` when it is not open yet."""
+        if self.tracker is None:
+            self.start()
+        return self.tracker

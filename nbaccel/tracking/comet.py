@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import GeneralTracker, on_main_process, scalar_value
+from .base import OpenedTracker, on_main_process, scalar_value
 
 __all__ = ["CometMLTracker"]
 
 
-class CometMLTracker(GeneralTracker):
+class CometMLTracker(OpenedTracker):
     """Logs to a Comet experiment: ``comet_ml.start(project_name=run_name, **kwargs)``.
 
     Comet reads its API key from its own configuration (``COMET_API_KEY`` or
@@ -24,17 +24,13 @@ class CometMLTracker(GeneralTracker):
     name = "comet_ml"
     requires_logging_directory = False
     main_process_only = True
+    opened_attribute = "writer"
+    writer: Any
 
     def __init__(self, run_name: str, **kwargs: Any) -> None:
         super().__init__()
         self.run_name = run_name
         self.init_kwargs = kwargs
-        self.writer: Any = None
-
-    @property
-    def tracker(self) -> Any:
-        """The Comet experiment."""
-        return self.writer
 
     @on_main_process
     def start(self) -> None:
@@ -51,25 +47,23 @@ class CometMLTracker(GeneralTracker):
     @on_main_process
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         """Log ``values`` as the experiment's parameters."""
-        if self.writer is None:
-            self.start()
-        self.writer.log_parameters(values)
+        writer = self.opened()
+        writer.log_parameters(values)
 
     @on_main_process
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """Numbers as metrics, strings as "others", dicts as metric groups."""
-        if self.writer is None:
-            self.start()
+        writer = self.opened()
         if step is not None:
-            self.writer.set_step(step)
+            writer.set_step(step)
         for key, value in values.items():
             number = scalar_value(value)
             if number is not None:
-                self.writer.log_metric(key, number, step=step, **kwargs)
+                writer.log_metric(key, number, step=step, **kwargs)
             elif isinstance(value, str):
-                self.writer.log_other(key, value, **kwargs)
+                writer.log_other(key, value, **kwargs)
             elif isinstance(value, dict):
-                self.writer.log_metrics(value, step=step, **kwargs)
+                writer.log_metrics(value, step=step, **kwargs)
 
     @on_main_process
     def finish(self) -> None:

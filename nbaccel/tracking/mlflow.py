@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .base import GeneralTracker, on_main_process, scalar_value
+from .base import OpenedTracker, on_main_process, scalar_value
 
 __all__ = ["MLflowTracker", "tracking_uri_for"]
 
@@ -24,7 +24,7 @@ def tracking_uri_for(logging_dir: str | os.PathLike[str] | None) -> str | None:
     return f"sqlite:///{Path(text).resolve() / 'mlflow.db'}"
 
 
-class MLflowTracker(GeneralTracker):
+class MLflowTracker(OpenedTracker):
     """Logs to an MLflow run. With a ``logging_dir`` the store is the SQLite database
     ``{logging_dir}/mlflow.db`` and artifacts go to ``{logging_dir}/mlartifacts``.
 
@@ -41,6 +41,8 @@ class MLflowTracker(GeneralTracker):
     name = "mlflow"
     requires_logging_directory = False
     main_process_only = True
+    opened_attribute = "active_run"
+    active_run: Any
 
     def __init__(
         self,
@@ -61,12 +63,6 @@ class MLflowTracker(GeneralTracker):
         self.nested_run = nested_run
         self.run_name = run_name
         self.description = description
-        self.active_run: Any = None
-
-    @property
-    def tracker(self) -> Any:
-        """The active ``mlflow.ActiveRun``."""
-        return self.active_run
 
     def _experiment_id(self, mlflow: Any) -> str | None:
         if self.experiment_name is None:
@@ -104,8 +100,7 @@ class MLflowTracker(GeneralTracker):
         # each tracker's package is optional (the tracking extra)
         import mlflow
 
-        if self.active_run is None:
-            self.start()
+        self.opened()
         items = [(str(k), str(v)) for k, v in values.items()]
         for first in range(0, len(items), _MAX_PARAMS_PER_BATCH):
             mlflow.log_params(dict(items[first : first + _MAX_PARAMS_PER_BATCH]))
@@ -116,8 +111,7 @@ class MLflowTracker(GeneralTracker):
         # each tracker's package is optional (the tracking extra)
         import mlflow
 
-        if self.active_run is None:
-            self.start()
+        self.opened()
         metrics = {}
         for key, value in values.items():
             number = scalar_value(value)

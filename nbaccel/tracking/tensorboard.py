@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from .base import GeneralTracker, on_main_process, scalar_value
+from .base import OpenedTracker, on_main_process, scalar_value
 
 __all__ = ["TensorBoardTracker"]
 
@@ -46,7 +46,7 @@ def _numbers(key: str, group: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-class TensorBoardTracker(GeneralTracker):
+class TensorBoardTracker(OpenedTracker):
     """Writes TensorBoard event files to ``{logging_dir}/{run_name}``.
 
     Numbers become scalars, strings text, dicts ``add_scalars`` groups; the configuration
@@ -61,18 +61,14 @@ class TensorBoardTracker(GeneralTracker):
     name = "tensorboard"
     requires_logging_directory = True
     main_process_only = True
+    opened_attribute = "writer"
+    writer: Any
 
     def __init__(self, run_name: str, logging_dir: str | os.PathLike[str], **kwargs: Any) -> None:
         super().__init__()
         self.run_name = run_name
         self.logging_dir = Path(logging_dir) / run_name
         self.writer_kwargs = kwargs
-        self.writer: Any = None
-
-    @property
-    def tracker(self) -> Any:
-        """The ``SummaryWriter``."""
-        return self.writer
 
     @on_main_process
     def start(self) -> None:
@@ -82,18 +78,17 @@ class TensorBoardTracker(GeneralTracker):
     @on_main_process
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         """Record ``values`` as hyperparameters in this run and in ``hparams.yml``."""
-        if self.writer is None:
-            self.start()
+        writer = self.opened()
         clean = {str(k): _hparam(v) for k, v in values.items()}
         try:
             # each tracker's package is optional (the tracking extra)
             from torch.utils.tensorboard.summary import hparams
 
             for summary in hparams(clean, {}):
-                self.writer.file_writer.add_summary(summary)
+                writer.file_writer.add_summary(summary)
         except ImportError:  # tensorboardX: its own add_hparams
-            self.writer.add_hparams(clean, metric_dict={}, name=".")
-        self.writer.flush()
+            writer.add_hparams(clean, metric_dict={}, name=".")
+        writer.flush()
         self.logging_dir.mkdir(parents=True, exist_ok=True)
         with open(self.logging_dir / "hparams.yml", "w", encoding="utf-8") as handle:
             yaml.safe_dump(clean, handle)
@@ -101,22 +96,21 @@ class TensorBoardTracker(GeneralTracker):
     @on_main_process
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """Write ``values`` at ``step``; ``kwargs`` go to the ``add_*`` calls."""
-        if self.writer is None:
-            self.start()
+        writer = self.opened()
         for key, value in values.items():
             number = scalar_value(value)
             if number is not None:
-                self.writer.add_scalar(key, number, global_step=step, **kwargs)
+                writer.add_scalar(key, number, global_step=step, **kwargs)
             elif isinstance(value, str):
-                self.writer.add_text(key, value, global_step=step, **kwargs)
+                writer.add_text(key, value, global_step=step, **kwargs)
             elif isinstance(value, dict):
-                self.writer.add_scalars(key, _numbers(key, value), global_step=step, **kwargs)
+                writer.add_scalars(key, _numbers(key, value), global_step=step, **kwargs)
             else:
                 raise TypeError(
                     f"TensorBoardTracker cannot log {key!r} of type {type(value).__name__}; "
                     "log numbers, strings or dicts of numbers."
                 )
-        self.writer.flush()
+        writer.flush()
 
     @on_main_process
     def finish(self) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .base import GeneralTracker, on_main_process
+from .base import OpenedTracker, on_main_process
 
 __all__ = ["WandBTracker"]
 
 
-class WandBTracker(GeneralTracker):
+class WandBTracker(OpenedTracker):
     """Logs to a ``wandb`` run: ``wandb.init(project=run_name, dir=logging_dir, **kwargs)``.
 
     Pass ``init_kwargs={"wandb": {"mode": "offline"}}`` (or set ``WANDB_MODE=offline``
@@ -25,6 +25,8 @@ class WandBTracker(GeneralTracker):
     name = "wandb"
     requires_logging_directory = False
     main_process_only = True
+    opened_attribute = "run"
+    run: Any
 
     def __init__(
         self, run_name: str, logging_dir: str | os.PathLike[str] | None = None, **kwargs: Any
@@ -34,12 +36,6 @@ class WandBTracker(GeneralTracker):
         self.init_kwargs = dict(kwargs)
         if logging_dir is not None:
             self.init_kwargs.setdefault("dir", os.fspath(logging_dir))
-        self.run: Any = None
-
-    @property
-    def tracker(self) -> Any:
-        """The ``wandb`` run."""
-        return self.run
 
     @on_main_process
     def start(self) -> None:
@@ -55,16 +51,14 @@ class WandBTracker(GeneralTracker):
     @on_main_process
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         """Add ``values`` to the run's config."""
-        if self.run is None:
-            self.start()
-        self.run.config.update(values, allow_val_change=True)
+        run = self.opened()
+        run.config.update(values, allow_val_change=True)
 
     @on_main_process
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """``run.log(values, step=step, **kwargs)``."""
-        if self.run is None:
-            self.start()
-        self.run.log(values, step=step, **kwargs)
+        run = self.opened()
+        run.log(values, step=step, **kwargs)
 
     @on_main_process
     def finish(self) -> None:

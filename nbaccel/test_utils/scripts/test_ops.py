@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from nbaccel.state import PartialState
+from nbaccel.test_utils.scripts.entry import report_passed, xla_entry
 from nbaccel.utils import (
     broadcast,
     copy_tensor_to_devices,
@@ -132,13 +133,10 @@ def main() -> None:
     for check in CHECKS:
         state.print(f"** {check.__name__[len('check_') :]} on {state.num_processes} process(es)")
         check(state)
-    state.wait_for_everyone()
-    state.print("test_ops: all checks passed")
+    report_passed(state, "test_ops")
 
 
-def _mp_fn(index: int) -> None:
-    """The entry for ``xla_spawn``-style launchers that pass the process index."""
-    main()
+_mp_fn = xla_entry(main)
 
 
 if __name__ == "__main__":

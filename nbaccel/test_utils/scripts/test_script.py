@@ -24,6 +24,7 @@ import nbaccel.testing.sanity as sanity
 from nbaccel.accelerator import Accelerator
 from nbaccel.state import PartialState
 from nbaccel.test_utils.cases import are_the_same_tensors
+from nbaccel.test_utils.scripts.entry import report_passed, xla_entry
 from nbaccel.utils import broadcast_object_list, gather, gather_object, synchronize_rng_states
 
 __all__ = ["main"]
@@ -153,13 +154,10 @@ def main() -> None:
     for name, check in checks:
         state.print(f"** {name} on {state.num_processes} process(es)")
         check()
-    state.wait_for_everyone()
-    state.print("test_script: all checks passed")
+    report_passed(state, "test_script")
 
 
-def _mp_fn(index: int) -> None:
-    """The entry for ``xla_spawn``-style launchers that pass the process index."""
-    main()
+_mp_fn = xla_entry(main)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from nbaccel.accelerator import Accelerator
+from nbaccel.test_utils.scripts.entry import report_passed, xla_entry
 from nbaccel.test_utils.training import RegressionDataset, RegressionModel
 from nbaccel.testing import reset_state
 from nbaccel.utils import gather
@@ -147,13 +148,10 @@ def main() -> None:
         check_gradient_accumulation(accelerator, steps)
     accelerator.print("** leaving a data loader early")
     check_dataloader_break(accelerator)
-    accelerator.wait_for_everyone()
-    accelerator.print("test_sync: all checks passed")
+    report_passed(accelerator, "test_sync")
 
 
-def _mp_fn(index: int) -> None:
-    """The entry for ``xla_spawn``-style launchers that pass the process index."""
-    main()
+_mp_fn = xla_entry(main)
 
 
 if __name__ == "__main__":
