@@ -254,13 +254,16 @@ class PoolGroup:
         failed_at: float | None = None
         interrupted_at: float | None = None
         while pending:
-            try:
+            try:  # an interrupt anywhere in a round interrupts the ranks, once
                 self.before_wait()
                 if on_wait is not None:
                     on_wait()
                 if stop is not None and stop.is_set() and interrupted_at is None:
                     raise KeyboardInterrupt
                 self.pump(_POLL_S)
+                self.check_alive()
+                if pending and failed_at is None and interrupted_at is None:
+                    self.watch.tick()
             except KeyboardInterrupt:
                 if interrupted_at is not None:  # a second interrupt: stop waiting
                     raise RanksStuck(sorted(pending), done, StuckReason.INTERRUPTED_TWICE) from None
@@ -270,11 +273,10 @@ class PoolGroup:
             for rank in list(pending):
                 reply = self.replies.get(rank)
                 if reply is not None and reply.task_id == task_id:
-                    done[rank] = self.replies.pop(rank)
                     pending.discard(rank)
+                    done[rank] = self.replies.pop(rank)
                     if reply.error is not None and failed_at is None:
                         failed_at = time.monotonic()
-            self.check_alive()
             now = time.monotonic()
             if pending and failed_at is not None and now - failed_at > grace:
                 raise RanksStuck(sorted(pending), done, StuckReason.PEER_FAILED)
@@ -282,10 +284,9 @@ class PoolGroup:
                 raise RanksStuck(sorted(pending), done, StuckReason.INTERRUPTED)
             if pending and timeout is not None and now - started > timeout:
                 raise RanksStuck(sorted(pending), done, StuckReason.TIMEOUT)
-            if pending and failed_at is None and interrupted_at is None:
-                self.watch.tick()
-                if self.watch.raised is not None:
-                    raise RanksStuck(sorted(pending), done, StuckReason.STALL, self.watch.raised)
+            quiet = failed_at is None and interrupted_at is None
+            if pending and quiet and self.watch.raised is not None:
+                raise RanksStuck(sorted(pending), done, StuckReason.STALL, self.watch.raised)
         self.drain()
         return done, interrupted_at is not None
 
