@@ -231,18 +231,18 @@ class Agent:
 
     def _forward_message(self, handle: WorkerLink, data: bytes) -> None:
         number = handle.spec.rank
-        rank = self.ranks.get(number)
+        rank = self.ranks[number]  # messages come only through pump(), after _start
         # what the rank wrote before this message goes first: a reply must not reach the
         # notebook before the output of its task (the cell would end without its last lines)
-        for fd in list(rank.outputs) if rank is not None else []:
+        for fd in list(rank.outputs):
             while self._forward_output(number, rank, fd):
                 pass
         self.send(wire.Message(number, data))
 
-    def _forward_output(self, number: int, rank: _Rank | None, fd: int) -> bool:
+    def _forward_output(self, number: int, rank: _Rank, fd: int) -> bool:
         """Forward one read of ``fd``; True when there may be more to read now."""
-        stream = rank.outputs.get(fd) if rank is not None else None
-        if rank is None or stream is None:  # closed earlier in this round
+        stream = rank.outputs.get(fd)
+        if stream is None:  # closed earlier in this round
             return False
         try:
             data = os.read(fd, 1 << 16)
