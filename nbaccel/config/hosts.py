@@ -7,7 +7,8 @@ One set of rules for ``notebook_launcher(hosts=, python=, cwd=, connect_timeout=
 panel's hosts field. An entry is what ``ssh`` accepts (a name from ``~/.ssh/config``, a host
 name or an address), optionally with a user (``user@``) and a port (``:port``; IPv6 addresses
 in brackets: ``[2001:db8::1]:22``); ``"slurm"`` names the nodes of the SLURM allocation the
-notebook runs in, resolved when a launch starts.
+notebook runs in, ``"ray"`` the nodes of the Ray cluster the notebook joins, each resolved
+when a launch starts.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .values import ValueProblem
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
+    "RAY",
     "SLURM",
     "HostTarget",
     "as_key",
@@ -32,11 +34,13 @@ __all__ = [
     "host_targets",
     "hosts_setting",
     "hosts_text",
+    "is_ray",
     "is_slurm",
 ]
 
 DEFAULT_CONNECT_TIMEOUT = 30.0
 SLURM = "slurm"
+RAY = "ray"
 
 # what ssh takes as a host: names, aliases, IPv4 and (bracketed) IPv6 addresses
 _HOST = re.compile(r"^[A-Za-z0-9_.\-]+$|^\[[0-9A-Fa-f:.%A-Za-z]+\]$")
@@ -72,6 +76,11 @@ class HostTarget:
 def is_slurm(value: Any) -> bool:
     """True for ``"slurm"`` (any case, spaces around): the nodes of the SLURM allocation."""
     return isinstance(value, str) and value.strip().lower() == SLURM
+
+
+def is_ray(value: Any) -> bool:
+    """True for ``"ray"`` (any case, spaces around): the nodes of the joined Ray cluster."""
+    return isinstance(value, str) and value.strip().lower() == RAY
 
 
 def _target(entry: Any, index: int) -> HostTarget:
@@ -117,9 +126,9 @@ def host_targets(value: Any) -> tuple[HostTarget, ...]:
     """
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
         raise TypeError(
-            f"hosts must be a list of host names such as ['node1', 'node2'], or \"slurm\" for "
-            f"the nodes of this notebook's SLURM allocation; got {type(value).__name__} "
-            f"({value!r})."
+            f"hosts must be a list of host names such as ['node1', 'node2'], \"slurm\" for "
+            f"the nodes of this notebook's SLURM allocation or \"ray\" for a Ray cluster's; "
+            f"got {type(value).__name__} ({value!r})."
         )
     if not value:
         raise ValueError("hosts=[] names no machine; name at least one, e.g. hosts=['node1'].")
@@ -138,9 +147,9 @@ def host_targets(value: Any) -> tuple[HostTarget, ...]:
 
 def hosts_setting(value: Any) -> list[str] | str | None:
     """``hosts`` as a setting (a config file's key, a command-line flag, the panel's field):
-    a list of entries, ``"node1,node2"`` (commas between entries) or ``"slurm"``; None, ``""``
-    and ``[]`` mean no hosts. Returns the entries as written (spaces removed), ``"slurm"``,
-    or None.
+    a list of entries, ``"node1,node2"`` (commas between entries), ``"slurm"`` or ``"ray"``;
+    None, ``""`` and ``[]`` mean no hosts. Returns the entries as written (spaces removed),
+    ``"slurm"``, ``"ray"``, or None.
 
     Raises:
         TypeError / ValueError: an entry ssh cannot take, or one named twice.
@@ -149,6 +158,8 @@ def hosts_setting(value: Any) -> list[str] | str | None:
         return None
     if is_slurm(value):
         return SLURM
+    if is_ray(value):
+        return RAY
     if isinstance(value, str):
         value = [part.strip() for part in value.split(",") if part.strip()]
         if not value:
@@ -157,7 +168,7 @@ def hosts_setting(value: Any) -> list[str] | str | None:
 
 
 def hosts_text(value: list[str] | str | None) -> str:
-    """A ``hosts`` setting as one line: ``"node1, node2"``, ``"slurm"`` or ``""``."""
+    """A ``hosts`` setting as one line: ``"node1, node2"``, ``"slurm"``, ``"ray"`` or ``""``."""
     if value is None:
         return ""
     return value if isinstance(value, str) else ", ".join(value)

@@ -96,6 +96,12 @@ def slurm_allocation(environ: Mapping[str, str] | None = None) -> tuple[str, str
     return (job, nodes) if job and nodes else None
 
 
+def ray_address(environ: Mapping[str, str] | None = None) -> str | None:
+    """The Ray cluster that ``ray.init()`` joins when given no address (``RAY_ADDRESS``, as Ray
+    reads it: ``host:port`` of its GCS, ``auto``, or a ``ray://`` client address), or None."""
+    return _environ(environ).get("RAY_ADDRESS", "").strip() or None
+
+
 # The kernel's variables that every rank on another machine (``hosts=``) gets as well: torch's
 # and NCCL's switches, the Hugging Face and tracker settings and tokens. Paths (PATH,
 # LD_LIBRARY_PATH, HF_HOME...) stay each host's own; ``env=`` adds or replaces any variable.

@@ -219,7 +219,8 @@ class LaunchConfig:
         if not isinstance(addr, str) or not addr.strip():
             raise ValueError(f"master_addr={addr!r} must be a host name or IP address.")
         out["master_addr"] = addr.strip()
-        out["num_nodes"] = _int("num_nodes", raw.get("num_nodes", 1), 1)
+        nodes = raw.get("num_nodes")
+        out["num_nodes"] = _int("num_nodes", 1 if nodes is None else nodes, 1)
         out["node_rank"] = _int("node_rank", raw.get("node_rank", 0), 0, out["num_nodes"] - 1)
         out["rdzv_backend"] = _choice(
             "rdzv_backend", raw.get("rdzv_backend", "static"), _RDZV_BACKENDS

@@ -5,9 +5,10 @@ checked before anything starts.
 accepts (a name from ``~/.ssh/config``, a host name or an address), optionally with a user
 (``user@``) and a port (``:port``; IPv6 addresses in brackets: ``[2001:db8::1]:22``).
 ``hosts="slurm"`` takes the nodes of the SLURM allocation the notebook runs in
-(``slurmhosts.py``). The rules of an entry are ``config/hosts.py``'s, which the config file's
-``hosts`` keys share; ``hosts=None`` takes the config file's, ``hosts=False`` runs on this
-machine whatever the file says.
+(``slurmhosts.py``), ``hosts="ray"`` the nodes of the Ray cluster it joins (``rayhosts.py``;
+there ``num_nodes`` says how many). The rules of an entry are ``config/hosts.py``'s, which
+the config file's ``hosts`` keys share; ``hosts=None`` takes the config file's,
+``hosts=False`` runs on this machine whatever the file says.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from ..config.hosts import (
     check_no_machines,
     check_path_text,
     host_targets,
+    is_ray,
     is_slurm,
 )
+from .rayhosts import RayNodes, choose_nodes, connect
 from .slurmhosts import current_allocation
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "HostTarget", "HostsSettings", "check_hosts_settings"]
@@ -45,6 +48,8 @@ class HostsSettings:
         cpu: ``cpu=True`` was passed (else the hosts' GPUs decide, see ``hoststart.py``).
         slurm_job: ``hosts="slurm"``: the job whose nodes ``targets`` are; the agents start as
             its steps with srun instead of over ssh.
+        ray: ``hosts="ray"``: the cluster's nodes ``targets`` are; the agents start as Ray
+            actors there, in a placement group (``parent/rayagents.py``).
     """
 
     targets: tuple[HostTarget, ...]
@@ -54,6 +59,7 @@ class HostsSettings:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     cpu: bool = False
     slurm_job: str | None = None
+    ray: RayNodes | None = None
 
     def host_of(self, rank: int, per_host: int) -> str:
         """The ``hosts=`` entry that runs global ``rank`` (``per_host`` ranks on each)."""
@@ -61,7 +67,9 @@ class HostsSettings:
 
     @property
     def via(self) -> str:
-        """The command that reaches the hosts: ``"srun"`` or ``"ssh"``."""
+        """What reaches the hosts: ``"srun"``, ``"ray"`` or ``"ssh"``."""
+        if self.ray is not None:
+            return "ray"
         return "srun" if self.slurm_job is not None else "ssh"
 
 
@@ -98,6 +106,7 @@ def check_hosts_settings(raw: dict[str, Any], cpu: bool | None) -> HostsSettings
                 "as well, or leave them out."
             )
         return None
+    ray_nodes = raw.pop("num_nodes", None) if is_ray(hosts) else None
     check_no_machines(
         raw.get("num_nodes", 1),
         raw.get("node_rank", 0),
@@ -115,4 +124,28 @@ def check_hosts_settings(raw: dict[str, Any], cpu: bool | None) -> HostsSettings
         allocation = current_allocation()
         targets = tuple(HostTarget(node, node) for node in allocation.nodes)
         return HostsSettings(targets, python, cwd, env, timeout, bool(cpu), allocation.job_id)
+    if is_ray(hosts):
+        nodes = choose_nodes(connect(timeout), _num_nodes(ray_nodes), _per_node(raw), cpu)
+        targets = tuple(node.target for node in nodes.nodes)
+        return HostsSettings(targets, python, cwd, env, timeout, not nodes.gpus, ray=nodes)
     return HostsSettings(host_targets(hosts), python, cwd, env, timeout, cpu=bool(cpu))
+
+
+def _num_nodes(value: Any) -> int | None:
+    """``num_nodes`` with ``hosts="ray"``: how many of the cluster's nodes (None: all)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f'num_nodes={value!r}: with hosts="ray" it is the number of the Ray cluster\'s '
+            "nodes to run on (an int >= 1), or None for every node with the resources asked."
+        )
+    return value
+
+
+def _per_node(raw: dict[str, Any]) -> int:
+    """The ranks per node asked so far (``num_processes`` is checked again with the rest)."""
+    value = raw.get("num_processes")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return 1
+    return value

@@ -142,7 +142,7 @@ def test_slurm_outside_an_allocation_says_how_to_get_one(monkeypatch: pytest.Mon
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(ValueError, match=r"outside one \(SLURM_JOB_ID is not set\).*salloc -N 2"):
         build(hosts="slurm")
-    with pytest.raises(TypeError, match='or "slurm" for the nodes'):
+    with pytest.raises(TypeError, match=r'"slurm" for the nodes.*"ray" for a Ray cluster'):
         build(hosts="node1")  # one machine is a list of one
 
 

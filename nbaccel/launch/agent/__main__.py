@@ -1,8 +1,15 @@
-"""``python -m nbaccel.launch.agent``: what each host of ``hosts=`` runs."""
+"""``python -m nbaccel.launch.agent [--die-with-parent]``: what each host of ``hosts=`` runs
+(``--die-with-parent``: ended with the process that started it, a Ray node's actor)."""
 
 from __future__ import annotations
 
+import os
+import sys
+
+from ..lifeline import die_with_parent
 from .main import leave, main
 
 if __name__ == "__main__":
+    if "--die-with-parent" in sys.argv[1:]:
+        die_with_parent(os.getppid())
     leave(main())

@@ -110,7 +110,7 @@ class Agent:
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> int:
         os.write(self.write_fd, wire.MAGIC)
-        hello, self.listener = _hello()
+        hello, self.listener = _hello(self.read_fd)
         self.send(hello)
         self.usage = UsageClock(hello.gpus)
         job = self._wait_for_job()
@@ -277,9 +277,9 @@ class Agent:
         self.supervisor.release()
 
 
-def _hello() -> tuple[wire.Hello, socket.socket]:
+def _hello(channel_fd: int) -> tuple[wire.Hello, socket.socket]:
     """The hello, and the socket its port is bound to (listening on that one address)."""
-    address = _own_address()
+    address = _own_address(channel_fd)
     try:
         listener = _listener(address)
     except OSError:  # a name that resolves to an address of no interface here
@@ -311,11 +311,11 @@ def _listener(address: str) -> socket.socket:
     return listener
 
 
-def _own_address() -> str:
-    """The address the other hosts reach this one at: the one ssh reached it at, else (a
-    SLURM step) the address its host name resolves to; "" (every interface) where neither
-    is known."""
-    address = ssh_server_address()
+def _own_address(channel_fd: int) -> str:
+    """The address the other hosts reach this one at: the one the notebook's connection
+    reached (its socket's own address on a Ray node, ssh's), else (a SLURM step) the address
+    its host name resolves to; "" (every interface) where none is known."""
+    address = _socket_address(channel_fd) or ssh_server_address()
     if address:
         return address
     with contextlib.suppress(OSError):
@@ -323,6 +323,20 @@ def _own_address() -> str:
         if not resolved.startswith("127."):
             return resolved
     return ""
+
+
+def _socket_address(fd: int) -> str | None:
+    """This end's address where ``fd`` is a TCP connection (a Ray node's agent), else None."""
+    copy = os.dup(fd)
+    try:
+        probe = socket.socket(fileno=copy)
+    except OSError:  # not a socket: ssh's or srun's pipe
+        os.close(copy)
+        return None
+    with probe:
+        if probe.family not in (socket.AF_INET, socket.AF_INET6):
+            return None
+        return str(probe.getsockname()[0])
 
 
 def _load(job: wire.Job) -> list[WorkerSpec]:

@@ -1,8 +1,8 @@
-"""The notebook's side of a host's agent: one ssh (or srun) process per host, one link per
-remote rank.
+"""The notebook's side of a host's agent: one channel per host, one link per remote rank.
 
-:class:`AgentLink` starts ``ssh ... python -m nbaccel.launch.agent`` (or, with
-``hosts="slurm"``, ``srun ... python -m ...`` as a step of the job: ``slurmhosts.py``), reads its
+:class:`AgentLink` speaks to ``python -m nbaccel.launch.agent`` over a ``channels.AgentChannel``
+(``ssh ...``; with ``hosts="slurm"``, ``srun ...`` as a step of the job: ``slurmhosts.py``;
+with ``hosts="ray"``, a connection to the agent a Ray actor runs: ``rayagents.py``), reads its
 frames on one thread (``agent/wire.py``) and beats every second on another. Each remote rank
 is a :class:`RemoteLink`, a ``supervisor.WorkerLink``: its ``conn`` gets the rank's message
 bytes from the reader thread, its ``sentinel`` becomes readable when the agent reports the
@@ -17,7 +17,6 @@ import math
 import os
 import shlex
 import signal
-import subprocess
 import threading
 import time
 from multiprocessing import Pipe
@@ -44,6 +43,7 @@ from ..notes import call_from_json
 from ..slurmhosts import AGENT_MODULE
 from ..spec import WorkerSpec
 from ..supervision.processes import close_link
+from .channels import AgentChannel
 from .errors import HostError
 
 __all__ = ["AGENT_MODULE", "AgentLink", "HostError", "RemoteLink", "ssh_argv"]
@@ -51,9 +51,12 @@ __all__ = ["AGENT_MODULE", "AgentLink", "HostError", "RemoteLink", "ssh_argv"]
 _BEAT_S = 1.0
 _KILL_WAIT_S = 10.0
 _CLOSE_WAIT_S = 5.0
-_STDERR_KEEP = 8192
 _LOST_CODE = -int(signal.SIGKILL)
-_SRUN_TERM_WAIT_S = 3.0  # srun passes SIGTERM on to the step, which then ends its agent
+_REACH = {
+    "ssh": "`ssh {entry}` works from this machine without a password",
+    "srun": "the job's node {entry} is up (sinfo) and the job still runs (squeue)",
+    "ray": "the Ray node {entry} is alive (`ray status`) and this machine reaches its address",
+}
 
 
 class RemoteLink:
@@ -158,21 +161,15 @@ class RemoteLink:
 
 
 class AgentLink:
-    """One host's agent, started by ``argv`` (``ssh_argv``, or ``slurmhosts.srun_argv`` where
-    ``via`` is ``"srun"``); see the module's docstring."""
+    """One host's agent, reached through ``channel`` (see the module's docstring)."""
 
     def __init__(
-        self,
-        index: int,
-        target: HostTarget,
-        argv: list[str],
-        connect_timeout: float,
-        via: str = "ssh",
+        self, index: int, target: HostTarget, channel: AgentChannel, connect_timeout: float
     ) -> None:
         self.index, self.target = index, target
         self.connect_timeout = connect_timeout
         self.node_timeout = 60.0
-        self.argv, self.via = argv, via
+        self.channel, self.via = channel, channel.via
         self.links: dict[int, RemoteLink] = {}
         self.hello: Hello | None = None
         self.lost: str | None = None  # why the agent is gone before its ranks ended
@@ -182,20 +179,9 @@ class AgentLink:
         self._hello_seen = threading.Event()
         self._send_lock = threading.Lock()
         self._closing = threading.Event()
-        self._stderr = bytearray()
         self._reader = FrameReader(expect_magic=True)
-        self.process = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # an interrupt of the kernel reaches the launcher only
-        )
         self._threads = [
             threading.Thread(target=self._read, name=f"nbaccel-agent-{index}", daemon=True),
-            threading.Thread(
-                target=self._read_stderr, name=f"nbaccel-agent-{index}-err", daemon=True
-            ),
             threading.Thread(target=self._beat, name=f"nbaccel-agent-{index}-beat", daemon=True),
         ]
         for thread in self._threads:
@@ -208,15 +194,11 @@ class AgentLink:
         if self.hello is not None:
             return self.hello
         entry = self.target.entry
-        code = self.process.poll()
+        code = self.channel.poll()
         said = self.stderr_text() or bytes(self._reader.preamble).decode("utf-8", "replace")
         said = said.strip()[-2000:]
         if code is None:
-            reach = (
-                f"`ssh {entry}` works from this machine without a password"
-                if self.via == "ssh"
-                else f"the job's node {entry} is up (sinfo) and the job still runs (squeue)"
-            )
+            reach = _REACH[self.via].format(entry=entry)
             raise HostError(
                 entry,
                 f"{entry} did not answer within {self.connect_timeout:.0f}s (connect_timeout) "
@@ -234,7 +216,7 @@ class AgentLink:
         raise HostError(
             entry,
             f"the nbaccel agent did not start on {entry} (exit code {code}): {said}. The "
-            f"command was `{shlex.join(self.argv)}`; install nbaccel and torch for that "
+            f"command was `{self.channel.command()}`; install nbaccel and torch for that "
             "interpreter there, or name another with python=.",
         )
 
@@ -242,12 +224,9 @@ class AgentLink:
     def send(self, frame: Frame) -> None:
         """Send one frame; a broken connection marks the agent lost."""
         data = encode_frame(frame)
-        stdin = self.process.stdin
-        assert stdin is not None
         try:
             with self._send_lock:
-                stdin.write(data)
-                stdin.flush()
+                self.channel.write(data)
         except (OSError, ValueError):
             self.declare_lost(f"the {self.via} connection to it closed")
 
@@ -257,11 +236,9 @@ class AgentLink:
         self.send(job)
 
     def _read(self) -> None:
-        stdout = self.process.stdout
-        assert stdout is not None
         try:
             while True:
-                data = os.read(stdout.fileno(), 1 << 16)
+                data = self.channel.read()
                 if not data:
                     break
                 self.heard = time.monotonic()
@@ -269,10 +246,7 @@ class AgentLink:
                     self._dispatch(frame)
         except (OSError, ValueError) as exc:
             self.declare_lost(f"its stream could not be read ({exc})")
-        try:
-            code = self.process.wait(timeout=_CLOSE_WAIT_S)
-        except subprocess.TimeoutExpired:
-            code = None
+        code = self.channel.wait(_CLOSE_WAIT_S)
         self._hello_seen.set()
         if any(link._reported is None for link in self.links.values()) and self.links:
             tail = self.stderr_text().strip().splitlines()[-3:]
@@ -300,20 +274,12 @@ class AgentLink:
             self.fatal = f"its agent failed: {frame.text.strip()}"
             self.declare_lost(self.fatal, end_ssh=False)  # the agent ends by itself
 
-    def _read_stderr(self) -> None:
-        stderr = self.process.stderr
-        assert stderr is not None
-        with contextlib.suppress(OSError, ValueError):
-            for line in iter(lambda: os.read(stderr.fileno(), 4096), b""):
-                self._stderr.extend(line)
-                del self._stderr[:-_STDERR_KEEP]
-
     def stderr_text(self) -> str:
-        return bytes(self._stderr).decode("utf-8", "replace")
+        return self.channel.said()
 
     def _beat(self) -> None:
         while not self._closing.wait(_BEAT_S):
-            if self.process.poll() is not None:
+            if self.channel.poll() is not None:
                 return
             self.send(Ping())
 
@@ -336,20 +302,8 @@ class AgentLink:
             self.lost = reason
         for link in pending:
             link.ended(_LOST_CODE)
-        if end_ssh and pending and self.process.poll() is None:
-            self._end_process()
-
-    def _end_process(self) -> None:
-        """Kill the ssh or srun process group. srun gets SIGTERM first, which it passes on to
-        the step (a killed srun would leave the step to notice on its own)."""
-        if self.via == "srun":
-            with contextlib.suppress(OSError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=_SRUN_TERM_WAIT_S)
-        if self.process.poll() is None:
-            with contextlib.suppress(OSError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+        if end_ssh and pending and self.channel.poll() is None:
+            self.channel.end()
 
     def _close_outputs(self) -> None:
         for link in self.links.values():
@@ -357,26 +311,20 @@ class AgentLink:
                 link._close_output(stream)
 
     def close(self) -> None:
-        """End the agent (closing its stdin makes it kill what still runs) and the ssh
-        process; join the threads; close the relay ends held for its ranks."""
+        """End the agent (the end of its input makes it kill what still runs) and its
+        channel; join the threads; close the relay ends held for its ranks."""
         self._closing.set()
-        with contextlib.suppress(OSError, ValueError), self._send_lock:
-            if self.process.stdin is not None:
-                self.process.stdin.close()
-        try:
-            self.process.wait(timeout=_CLOSE_WAIT_S)
-        except subprocess.TimeoutExpired:
-            self._end_process()
-            self.process.wait(timeout=_CLOSE_WAIT_S)
+        with self._send_lock:
+            self.channel.close_input()
+        if self.channel.wait(_CLOSE_WAIT_S) is None:
+            self.channel.end()
+            self.channel.wait(_CLOSE_WAIT_S)
         for thread in self._threads:
             thread.join(_CLOSE_WAIT_S)
         self._close_outputs()
         for link in self.links.values():
             link.ended(_LOST_CODE)  # no-op for a rank whose exit was reported
-        for pipe in (self.process.stdout, self.process.stderr):
-            if pipe is not None:
-                with contextlib.suppress(OSError):
-                    pipe.close()
+        self.channel.release()
 
 
 def ssh_argv(target: HostTarget, python: str, connect_timeout: float) -> list[str]:

@@ -1,8 +1,9 @@
 """What a launch and a pool on other machines (``hosts=[...]``) share: the agents, started and
 checked before any rank starts, and each remote rank's spec, prefix, task pipe and start.
 
-1. One agent per host over ssh, or as a step of the SLURM job (``hostlinks.AgentLink``), all
-   at once; each says hello.
+1. One agent per host over ssh, as a step of the SLURM job, or as a Ray actor's child on each
+   node of a placement group (``rayagents.py``), all at once; each says hello
+   (``hostlinks.AgentLink``).
 2. Every host answered within ``connect_timeout`` and runs this kernel's Python major.minor,
    torch and nbaccel versions (``HostError`` naming the host); the hosts' GPUs decide the
    device (a mix is refused).
@@ -23,7 +24,7 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
@@ -38,6 +39,7 @@ from ..slurmhosts import srun_argv
 from ..spec import WorkerPipes, WorkerSpec
 from ..supervision.supervisor import Starter, WorkerLink
 from ..wire import dumps_for_worker
+from .channels import ProcessChannel
 from .hostlinks import AgentLink, HostError, RemoteLink, ssh_argv
 from .localranks import worker_env
 from .placement import RankWork
@@ -94,6 +96,8 @@ class HostAgents:
     master: str
     port: int
     secret: str = dataclasses.field(default_factory=lambda: secrets.token_hex(16), repr=False)
+    release: Callable[[], None] | None = None  # what else ends with the agents (Ray's group)
+    via_text: str = ""
 
     @classmethod
     def start(cls, config: LaunchConfig) -> HostAgents:
@@ -102,13 +106,21 @@ class HostAgents:
         assert hosts is not None
         python = hosts.python or sys.executable
         agents: list[AgentLink] = []
+        release: Callable[[], None] | None = None
+        via = f"in SLURM job {hosts.slurm_job}" if hosts.slurm_job is not None else "over ssh"
         try:
-            for index, target in enumerate(hosts.targets):
+            if hosts.ray is not None:
+                from .rayagents import RayAgents  # imports Ray
+
+                cluster, agents = RayAgents.start(config)
+                config, release, via = cluster.config, cluster.release, cluster.describe()
+            for index, target in enumerate(hosts.targets if hosts.ray is None else ()):
                 if hosts.slurm_job is not None:
                     argv = srun_argv(hosts.slurm_job, target.host, python)
                 else:
                     argv = ssh_argv(target, python, hosts.connect_timeout)
-                agents.append(AgentLink(index, target, argv, hosts.connect_timeout, hosts.via))
+                channel = ProcessChannel(argv, hosts.via)
+                agents.append(AgentLink(index, target, channel, hosts.connect_timeout))
             deadline = time.monotonic() + hosts.connect_timeout + AGENT_START_S
             hellos = [agent.wait_hello(deadline) for agent in agents]
             for agent, hello in zip(agents, hellos, strict=True):
@@ -117,9 +129,11 @@ class HostAgents:
         except BaseException:
             for agent in agents:
                 agent.close()
+            if release is not None:
+                release()
             raise
         master = hellos[0].address or agents[0].target.host
-        return cls(checked, agents, master, hellos[0].port)
+        return cls(checked, agents, master, hellos[0].port, release=release, via_text=via)
 
     def agent_of(self, rank: int) -> AgentLink:
         """The agent that runs global ``rank``."""
@@ -131,10 +145,9 @@ class HostAgents:
         assert hosts is not None
         names = ", ".join(a.target.entry for a in self.agents)
         backend = "gloo" if self.config.cpu else "nccl"
-        via = "over ssh" if hosts.slurm_job is None else f"in SLURM job {hosts.slurm_job}"
         return (
             f"{self.config.world_size} processes on {len(self.agents)} machines ({names}; "
-            f"{self.config.num_processes} each) {via} ({backend})"
+            f"{self.config.num_processes} each) {self.via_text} ({backend})"
         )
 
     def lost_error(
@@ -156,10 +169,13 @@ class HostAgents:
         return MachineLostError(message, agent.index)
 
     def close(self) -> None:
-        """End every agent (each kills what still runs there)."""
+        """End every agent (each kills what still runs there), then what they ran in."""
         for agent in self.agents:
             with contextlib.suppress(Exception):
                 agent.close()
+        if self.release is not None:
+            with contextlib.suppress(Exception):
+                self.release()
 
 
 def host_prefixes(config: LaunchConfig) -> dict[int, str]:
@@ -193,7 +209,7 @@ def host_spec(up: HostAgents, rank: int, attempt: int, display: bool, work: Rank
         master_addr=up.master,
     )
     env = variables_for_hosts()  # torch's, NCCL's, the trackers' switches of this kernel
-    env.update(worker_env(machine, rank, rank % per_host, up.port, attempt, "fork"))
+    env.update(worker_env(machine, rank, rank % per_host, up.port, attempt, "fork", up.master))
     env.update(hosts.env)
     env.update(store_prefix_variables(up.secret))  # the user's env= cannot replace it
     return WorkerSpec(

@@ -148,16 +148,21 @@ def worker_env(
     port: int,
     attempt: int,
     method: str,
+    master_addr: str | None = None,
 ) -> dict[str, str]:
     """The launch variables of one worker (a launch's or a pool's, here or on a host; gloo's
-    interface is the placement's to add)."""
+    interface is the placement's to add). The ranks meet at ``master_addr`` where given (the
+    first host, however many there are), else at the config's for several machines, else on
+    the loopback."""
+    if master_addr is None:
+        master_addr = config.master_addr if config.multi_node else LOOPBACK
     env = launch_variables(
         rank=rank,
         world_size=config.world_size,
         local_rank=local_rank,
         local_world_size=config.num_processes,
         node_rank=config.node_rank,
-        master_addr=config.master_addr if config.multi_node else LOOPBACK,
+        master_addr=master_addr,
         master_port=port,
         restart_count=attempt,
         fork_launched=method == "fork",

@@ -34,7 +34,7 @@ def notebook_launcher(
     use_port: int | str | None = None,
     master_addr: str | None = None,
     node_rank: int = 0,
-    num_nodes: int = 1,
+    num_nodes: int | None = None,
     rdzv_backend: str = "static",
     rdzv_endpoint: str = "",
     rdzv_conf: dict[str, Any] | None = None,

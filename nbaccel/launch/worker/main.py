@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import sys
@@ -21,6 +20,7 @@ from ...state.handshake import enter
 from ...state.registry import STATE, reset_registry
 from ..events import RankStateEvent
 from ..guard import check_child_not_bad_fork
+from ..lifeline import die_with_parent
 from ..location import RankWhere
 from ..protocol import AskWhere, Crash, Location, Notice, Ready, Reply, WorkerMessage, encode
 from ..remote import capture_exception
@@ -36,25 +36,6 @@ from .runner import TaskInbox, TaskRunner
 from .whereami import Whereabouts
 
 __all__ = ["run_worker", "spawn_entry"]
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask the kernel to kill this worker when the launcher dies (Linux), else poll for it."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    except (OSError, AttributeError):  # pragma: no cover - not Linux
-
-        def watch() -> None:
-            while os.getppid() == parent_pid:
-                time.sleep(0.5)
-            os._exit(1)
-
-        threading.Thread(target=watch, name="nbaccel-parent-watch", daemon=True).start()
-    if os.getppid() != parent_pid:  # the launcher died before prctl took effect
-        os._exit(1)
 
 
 class _Channel:
@@ -196,7 +177,7 @@ def run_worker(spec: WorkerSpec, pipes: WorkerPipes, forked: bool) -> int:
     sequence for a pool; returns the exit code."""
     redirect_child_output(pipes.stdout_fd, pipes.stderr_fd)
     text_bars_in_worker()  # notebook progress bars cannot be drawn from a worker
-    _die_with_parent(pipes.parent_pid)
+    die_with_parent(pipes.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides when workers stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     channel = _Channel(pipes.message_fd, spec.rank)
