@@ -126,8 +126,7 @@ def check_hosts_settings(raw: dict[str, Any], cpu: bool | None) -> HostsSettings
         return HostsSettings(targets, python, cwd, env, timeout, bool(cpu), allocation.job_id)
     if is_ray(hosts):
         nodes = choose_nodes(connect(timeout), _num_nodes(ray_nodes), _per_node(raw), cpu)
-        targets = tuple(node.target for node in nodes.nodes)
-        return HostsSettings(targets, python, cwd, env, timeout, not nodes.gpus, ray=nodes)
+        return HostsSettings(nodes.targets, python, cwd, env, timeout, not nodes.gpus, ray=nodes)
     return HostsSettings(host_targets(hosts), python, cwd, env, timeout, cpu=bool(cpu))
 
 

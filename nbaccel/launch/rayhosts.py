@@ -47,11 +47,6 @@ class RayNode:
     cpus: float
     gpus: float
 
-    @property
-    def target(self) -> HostTarget:
-        """The node as a machine of ``hosts=`` (messages and prefixes name its address)."""
-        return HostTarget(self.address, self.address)
-
 
 @dataclass(frozen=True)
 class RayNodes:
@@ -68,6 +63,17 @@ class RayNodes:
     nodes: tuple[RayNode, ...]
     gpus: bool
     per_node: int
+
+    @property
+    def targets(self) -> tuple[HostTarget, ...]:
+        """The nodes as machines of ``hosts=``: messages and prefixes name each by its host
+        name, or by its address where two chosen nodes share a host name."""
+        names = [node.hostname for node in self.nodes]
+        unique = len(set(names)) == len(names)
+        return tuple(
+            HostTarget(node.hostname if unique else node.address, node.address)
+            for node in self.nodes
+        )
 
     def bundle(self, node: RayNode) -> dict[str, float]:
         """The resources one node's bundle reserves, pinned to that node by Ray's own

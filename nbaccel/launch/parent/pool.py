@@ -68,9 +68,10 @@ class WorkerPool:
         on_stall: ``"warn"`` (the call goes on) or ``"raise"`` (:class:`StallError`; the
             group restarts, every namespace is lost).
 
-    On other machines (``docs/multihost.md``): ``hosts=["node1", "node2"]`` (or ``"slurm"``)
-    runs ``num_processes`` ranks on each, started over ssh or as steps of the SLURM job, as
-    ``notebook_launcher(hosts=...)`` does; ``python=``, ``cwd=``, ``env=`` and
+    On other machines (``docs/multihost.md``): ``hosts=["node1", "node2"]`` (or ``"slurm"``, or
+    ``"ray"`` with ``num_nodes`` of a Ray cluster's nodes, default all that fit) runs
+    ``num_processes`` ranks on each, started over ssh, as steps of the SLURM job or by Ray
+    actors, as ``notebook_launcher(hosts=...)`` does; ``python=``, ``cwd=``, ``env=`` and
     ``connect_timeout=`` mean what they mean there, and ``node_timeout=`` (default 60) is the
     seconds of silence after which a machine counts as lost (``MachineLostError``; the pool
     is broken until ``restart()``). Every call reaches every rank of every host.
@@ -100,6 +101,7 @@ class WorkerPool:
         env: dict[str, str] | None = None,
         connect_timeout: float | None = None,
         node_timeout: float = 60.0,
+        num_nodes: int | None = None,
     ) -> None:
         if on_event is not None and not callable(on_event):
             raise TypeError(f"on_event must be callable or None, got {type(on_event).__name__}.")
@@ -124,7 +126,14 @@ class WorkerPool:
             env=env,
             connect_timeout=connect_timeout,
             node_timeout=node_timeout,
+            num_nodes=num_nodes,
         )
+        if num_nodes is not None and (self.config.hosts is None or self.config.hosts.ray is None):
+            raise ValueError(
+                f'num_nodes={num_nodes!r} applies to a pool only with hosts="ray" (how many of the '
+                "cluster's nodes); with hosts=[...] each named machine is a node, and a pool "
+                "without hosts runs on this machine only."
+            )
         if self.config.accelerator == "xla":
             raise ValueError(
                 "WorkerPool runs on CPUs and GPUs; on a TPU use notebook_launcher, or pass "

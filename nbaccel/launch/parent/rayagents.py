@@ -52,9 +52,8 @@ class RayAgents:
         assert hosts is not None and hosts.ray is not None
         asked = hosts.ray
         fresh = choose_nodes(asked.address, len(asked.nodes), asked.per_node, not asked.gpus)
-        targets = tuple(node.target for node in fresh.nodes)
         config = dataclasses.replace(
-            config, hosts=dataclasses.replace(hosts, targets=targets, ray=fresh)
+            config, hosts=dataclasses.replace(hosts, targets=fresh.targets, ray=fresh)
         )
         up = cls(config, fresh)
         try:
@@ -100,12 +99,12 @@ class RayAgents:
                 "status` and that nbaccel is installed in the nodes' Python environment.",
             ) from None
         agents = []
-        for index, (node, actor, (address, port, _)) in enumerate(
-            zip(nodes.nodes, self.actors, places, strict=True)
+        for index, (target, actor, (address, port, _)) in enumerate(
+            zip(nodes.targets, self.actors, places, strict=True)
         ):
-            sock = _connect(node.address, address, port, key, timeout)
+            sock = _connect(target.entry, address, port, key, timeout)
             channel = SocketChannel(sock, actor, python or "the node's Python")
-            agents.append(AgentLink(index, node.target, channel, timeout))
+            agents.append(AgentLink(index, target, channel, timeout))
         return agents
 
     def describe(self) -> str:
