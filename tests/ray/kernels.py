@@ -23,8 +23,10 @@ import socket, subprocess, time
 
 def left():
     from ray.util.state import list_actors, list_placement_groups
-    actors = [f"actor {a.class_name} {a.state}" for a in list_actors(filters=[("state", "!=", "DEAD")])]
-    groups = [f"group {g.placement_group_id} {g.state}" for g in list_placement_groups(filters=[("state", "!=", "REMOVED")])]
+    live = list_actors(filters=[("state", "!=", "DEAD")])
+    placed = list_placement_groups(filters=[("state", "!=", "REMOVED")])
+    actors = [f"actor {a.class_name} {a.state}" for a in live]
+    groups = [f"group {g.placement_group_id} {g.state}" for g in placed]
     found = subprocess.run(["pgrep", "-f", "@AGENT@"], capture_output=True, text=True)
     return actors + groups + [f"process {pid}" for pid in found.stdout.split()]
 
