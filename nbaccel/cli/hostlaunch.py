@@ -1,6 +1,8 @@
 """``nbaccel launch --hosts node1,node2 script.py``: the script on other machines, started from
 here through the launcher's hosts path (``notebook_launcher(hosts=...)``: one agent per host
-over ssh, or a job step per node with ``--hosts slurm``), ``--num_processes`` ranks on each.
+over ssh, a job step per node with ``--hosts slurm``, or a Ray actor per node of a Ray cluster
+with ``--hosts ray``, ``--num_machines`` of its nodes: every node that fits by default),
+``--num_processes`` ranks on each.
 
 The settings are resolved as for any ``nbaccel launch`` (flag > config file > default) and
 reach the launcher as the resolved config file in force (``NBACCEL_CONFIG_FILE`` in this
@@ -23,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from ..config import ResolvedLaunch, save_config_file
-from ..config.hosts import hosts_text, is_slurm
+from ..config.hosts import hosts_text, is_ray, is_slurm, ray_num_nodes
 from ..environment import deepspeed_launch_variables
 from ..launch.config import LaunchConfig
 from ..launch.parent.errors import WorkerError
@@ -43,8 +45,8 @@ def check_hosts_flags(args: argparse.Namespace, resolved: ResolvedLaunch) -> str
     if given and resolved.config.hosts is None:
         return (
             f"{', '.join(given)} only appl{'y' if len(given) > 1 else 'ies'} to a launch on "
-            "other machines; pass --hosts node1,node2 (or set hosts in the config file) as "
-            "well, or leave them out."
+            "other machines; pass --hosts node1,node2, slurm or ray (or set hosts in the config "
+            "file) as well, or leave them out."
         )
     return None
 
@@ -61,7 +63,7 @@ def _describe(resolved: ResolvedLaunch) -> str:
     cfg = resolved.config
     assert cfg.hosts is not None
     where = f"{resolved.path}" if resolved.path else "no config file"
-    machines = "the SLURM job's nodes" if is_slurm(cfg.hosts) else f"{len(cfg.hosts)} host(s)"
+    machines = _machines(cfg.hosts, cfg.num_machines)
     device = "cpu" if cfg.use_cpu else "the hosts' GPUs (cpu where they have none)"
     deepspeed = ""
     if cfg.distributed_type == "DEEPSPEED":
@@ -71,6 +73,16 @@ def _describe(resolved: ResolvedLaunch) -> str:
         f"({hosts_text(cfg.hosts)}){deepspeed}, {device}, mixed_precision={cfg.mixed_precision} "
         f"({where})"
     )
+
+
+def _machines(hosts: list[str] | str, num_machines: int) -> str:
+    """The machines of a launch on hosts, as the banner names them."""
+    if is_slurm(hosts):
+        return "the SLURM job's nodes"
+    if is_ray(hosts):
+        nodes = ray_num_nodes(hosts, num_machines)
+        return "the Ray cluster's nodes" if nodes is None else f"{nodes} of the Ray cluster's nodes"
+    return f"{len(hosts)} host(s)"
 
 
 def _ranks_variables(resolved: ResolvedLaunch) -> dict[str, str] | None:
@@ -104,8 +116,8 @@ def run_on_hosts(
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     LaunchConfig.build(hosts=None)
-            except (TypeError, ValueError) as exc:
-                print(f"nbaccel launch: {exc}", file=sys.stderr)
+            except (TypeError, ValueError, ConnectionError, ImportError) as exc:
+                print(f"nbaccel launch: {exc}", file=sys.stderr)  # ray: no cluster, no Ray
                 return 2
             print(_describe(resolved), file=sys.stderr, flush=True)
             return _launch(job, _ranks_variables(resolved))

@@ -36,6 +36,7 @@ __all__ = [
     "hosts_text",
     "is_ray",
     "is_slurm",
+    "ray_num_nodes",
 ]
 
 DEFAULT_CONNECT_TIMEOUT = 30.0
@@ -210,17 +211,38 @@ def check_no_machines(num: Any, rank: Any, names: tuple[str, str], undo: str) ->
     )
 
 
-def check_file_hosts(num_machines: int, machine_rank: int) -> None:
-    """A config file's ``hosts`` beside its ``num_machines`` / ``machine_rank``.
+def check_file_hosts(hosts: Any, num_machines: int, machine_rank: int) -> None:
+    """A config file's ``hosts`` beside its ``num_machines`` / ``machine_rank``: the rule of
+    :func:`check_no_machines`, except that beside ``hosts: ray`` ``num_machines`` is the number
+    of the Ray cluster's nodes (:func:`ray_num_nodes`; ``machine_rank`` stays 0).
 
     Raises:
-        ValueProblem: at the key ``hosts``, the rule of :func:`check_no_machines`.
+        ValueProblem: at the key ``hosts``, naming the settings and what to do.
     """
+    if is_ray(hosts):
+        if machine_rank in (0, None):
+            return
+        raise ValueProblem(
+            f"is ray: every node of the Ray cluster is started from this notebook, so "
+            f"machine_rank={machine_rank} does not apply; leave machine_rank at 0 (num_machines "
+            "is the number of the cluster's nodes to take), or remove hosts",
+            key="hosts",
+        )
     undo = "remove hosts (--hosts '' on the command line)"
     try:
         check_no_machines(num_machines, machine_rank, ("num_machines", "machine_rank"), undo)
     except ValueError as exc:
         raise ValueProblem(str(exc).removeprefix("hosts ").rstrip("."), key="hosts") from None
+
+
+def ray_num_nodes(hosts: Any, num_machines: int | None) -> int | None:
+    """The Ray nodes a setting's ``num_machines`` asks for beside ``hosts: ray`` (the config
+    file's key, ``nbaccel launch --num_machines``, the panel's Machines), as the launcher's
+    ``num_nodes``: ``num_machines`` above 1; None (every alive node that fits) for 1, the
+    default that every file nbaccel writes holds. None without ``hosts: ray``."""
+    if not is_ray(hosts) or num_machines is None or num_machines <= 1:
+        return None
+    return num_machines
 
 
 def as_key(check: Callable[..., Any], *names: str, number: bool = False) -> Callable[[Any], Any]:

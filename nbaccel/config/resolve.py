@@ -19,6 +19,7 @@ from ..plugins import TorchDynamoPlugin
 from .deepspeed import DeepSpeedConfig
 from .files import LoadedConfig, config_in_force
 from .fsdp import FsdpConfig
+from .hosts import ray_num_nodes
 from .schema import DEFAULT_STALL_TIMEOUT, ConfigFile
 from .values import ConfigError, ValueProblem
 
@@ -193,7 +194,8 @@ def _names_hosts(values: Mapping[str, Any]) -> bool:
 
 
 def _check_machines(config: ConfigFile, per: int, cpu: bool, gpus: int) -> None:
-    if config.num_machines > 1 and config.main_process_ip is None:  # the port defaults to 29500
+    # hosts start every machine from here (num_machines > 1 beside them: hosts: ray's nodes)
+    if config.num_machines > 1 and config.main_process_ip is None and config.hosts is None:
         raise ConfigError(
             f"num_machines={config.num_machines}: every machine must know where machine 0 is; "
             "pass --main_process_ip (and --main_process_port unless 29500 suits), or set "
@@ -209,7 +211,8 @@ def _check_machines(config: ConfigFile, per: int, cpu: bool, gpus: int) -> None:
 def _hosts_defaults(
     kwargs: Mapping[str, Any], cfg: ConfigFile, keys: tuple[str, ...]
 ) -> dict[str, Any]:
-    """The file's ``hosts`` for a caller that takes ``hosts=`` and left it ``None``, and its
+    """The file's ``hosts`` for a caller that takes ``hosts=`` and left it ``None`` (with
+    ``hosts: ray``, its ``num_machines`` as ``num_nodes``: :func:`ray_num_nodes`), and its
     ``hosts_python``, ``hosts_cwd``, ``hosts_connect_timeout`` wherever hosts are in force."""
     if "hosts" not in kwargs:  # WorkerPool: this machine's ranks only
         return {}
@@ -217,8 +220,10 @@ def _hosts_defaults(
     if hosts is None or hosts is False:  # False: this machine, whatever the file says
         return {}
     timeout = cfg.hosts_connect_timeout if "hosts_connect_timeout" in keys else None
+    from_file = kwargs["hosts"] is None  # the file's num_machines goes with the file's hosts
     return {
         "hosts": cfg.hosts,
+        "num_nodes": ray_num_nodes(cfg.hosts, cfg.num_machines) if from_file else None,
         "python": cfg.hosts_python,
         "cwd": cfg.hosts_cwd,
         "connect_timeout": timeout,
@@ -230,7 +235,8 @@ def launcher_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:
 
     ``hosts`` (where the caller takes it: not ``WorkerPool``), ``python``, ``cwd`` and
     ``connect_timeout`` come from ``hosts``, ``hosts_python``, ``hosts_cwd`` and
-    ``hosts_connect_timeout``; the last three only where hosts are in force.
+    ``hosts_connect_timeout``; the last three only where hosts are in force. With the file's
+    ``hosts: ray``, ``num_nodes`` comes from ``num_machines`` (above 1; 1: every node that fits).
 
     ``num_processes`` becomes the file's processes per machine; ``use_port`` and
     ``master_addr`` come from ``main_process_port`` / ``main_process_ip`` (a port from the

@@ -219,7 +219,9 @@ class ConfigFile:
     num_processes: int | None = _f(
         None, _processes, "processes over ALL machines (the launch flag is per machine)"
     )
-    num_machines: int = _f(1, lambda v: as_int(v, minimum=1), "machines taking part")
+    num_machines: int = _f(
+        1, lambda v: as_int(v, minimum=1), "machines taking part (Ray nodes with hosts: ray)"
+    )
     machine_rank: int = _f(0, lambda v: as_int(v, minimum=0), "index of this machine")
     main_process_ip: str | None = _f(
         None, _optional(as_str), "address of machine 0 (default 127.0.0.1 on one machine)"
@@ -265,7 +267,8 @@ class ConfigFile:
         metadata=_meta(
             as_key(hosts_setting),
             "machines notebook_launcher and nbaccel launch start from here over ssh, "
-            "num_processes on each: node1,node2 (user@host:port), or slurm",
+            "num_processes on each: node1,node2 (user@host:port), slurm (the allocation's "
+            "nodes) or ray (a Ray cluster's nodes; num_machines of them, 1: all that fit)",
         ),
     )
     hosts_python: str | None = _f(
@@ -329,7 +332,7 @@ class ConfigFile:
                 key="num_processes",
             )
         if self.hosts is not None:
-            check_file_hosts(self.num_machines, self.machine_rank)
+            check_file_hosts(self.hosts, self.num_machines, self.machine_rank)
         check_one_sharding(self.distributed_type, self.fsdp_config.values, self.deepspeed_config)
 
     @property

@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 
 from IPython.core.error import UsageError
 
+from ..config.hosts import RAY, SLURM, is_ray, is_slurm
 from ..config.schema import DEFAULT_STALL_TIMEOUT
 
 __all__ = ["LINE_USAGE", "parse_cell_line", "parse_line", "parse_ranks", "pool_options"]
@@ -15,8 +16,10 @@ __all__ = ["LINE_USAGE", "parse_cell_line", "parse_line", "parse_ranks", "pool_o
 LINE_USAGE = """\
 %nbaccel start -n N [--mixed_precision no|fp16|bf16|fp8] [--start_method auto|fork|spawn] [--cpu]
                [--timeout S] [--stall_timeout S|none] [--on_stall warn|raise]
-               [--hosts node1,node2|slurm [--python PATH] [--cwd DIR] [--connect_timeout S]]
-                     (-n ranks on each host, started over ssh or in the SLURM allocation)
+               [--hosts node1,node2|slurm|ray [--num_nodes N] [--python PATH] [--cwd DIR]
+                [--connect_timeout S]]
+                     (-n ranks on each host, started over ssh, in the SLURM allocation or
+                      on a Ray cluster's nodes: --num_nodes of them, default all that fit)
 %nbaccel status      the pool's ranks: pid, state, current cell, memory, device
 %nbaccel where       every rank's line and the collective it waits in (pool or launch)
 %nbaccel restart     a fresh process group (every rank's namespace is emptied)
@@ -50,6 +53,7 @@ def _line_parser() -> _Parser:
     start.add_argument("--python", default=None)
     start.add_argument("--cwd", default=None)
     start.add_argument("--connect_timeout", type=float, default=None)
+    start.add_argument("--num_nodes", type=int, default=None)  # with --hosts ray
     for name in ("status", "where", "restart", "stop"):
         commands.add_parser(name, prog=f"%nbaccel {name}", add_help=False)
     auto = commands.add_parser("auto", prog="%nbaccel auto", add_help=False)
@@ -65,10 +69,12 @@ def _seconds_or_none(text: str) -> float | None:
 
 
 def _hosts(text: str) -> list[str] | str:
-    """``--hosts node1,node2`` (a list) or ``--hosts slurm``; the entries are checked with the
-    pool's other arguments."""
-    if text.strip().lower() == "slurm":
-        return "slurm"
+    """``--hosts node1,node2`` (a list), ``--hosts slurm`` or ``--hosts ray``; the entries are
+    checked with the pool's other arguments."""
+    if is_slurm(text):
+        return SLURM
+    if is_ray(text):
+        return RAY
     return [entry.strip() for entry in text.split(",")]
 
 

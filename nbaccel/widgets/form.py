@@ -8,7 +8,7 @@ from typing import Any
 from ..config import ConfigFile, FsdpConfig, ValueProblem
 from ..config.deepspeed import DeepSpeedConfig
 from ..config.fsdp import SHARDING_STRATEGIES, STATE_DICT_TYPES, WRAP_POLICIES
-from ..config.hosts import check_no_machines, hosts_setting, hosts_text
+from ..config.hosts import check_no_machines, hosts_setting, hosts_text, is_ray, ray_num_nodes
 from ..config.ranks import parse_display_ranks
 from ..config.schema import START_METHODS
 from .deepspeed_form import deepspeed_problems, plugin_arguments, sharding_of
@@ -27,7 +27,7 @@ class PanelValues:
     machine_rank: int = 0
     main_process_ip: str = ""
     main_process_port: int = 0  # 0: a free port (one machine only)
-    hosts: str = ""  # "node1, node2" or "slurm": machines started from here; "": none
+    hosts: str = ""  # "node1, node2", "slurm" or "ray": machines started from here; "": none
     hosts_python: str = ""  # "": this kernel's interpreter path
     hosts_cwd: str = ""  # "": this kernel's working directory
     mixed_precision: str = "no"
@@ -194,7 +194,7 @@ def _machine_problems(v: PanelValues) -> dict[str, str]:
         out["machine_rank"] = (
             f"must be between 0 and {v.num_machines - 1} with {v.num_machines} machine(s)"
         )
-    if v.num_machines > 1:
+    if v.num_machines > 1 and not is_ray(v.host_list()):  # with ray: the cluster's nodes
         if not v.main_process_ip.strip():
             out["main_process_ip"] = "give the address of machine 0 when several machines run"
         if not v.main_process_port:
@@ -211,6 +211,10 @@ def _hosts_problems(v: PanelValues) -> dict[str, str]:
         return {"hosts": str(exc)}
     if hosts is None:
         return {}
+    if is_ray(hosts):  # Machines: how many of the cluster's nodes (1: every one that fits)
+        if v.machine_rank == 0:
+            return {}
+        return {"machine_rank": "leave it at 0: with Hosts ray this notebook starts every node"}
     try:
         check_no_machines(
             v.num_machines, v.machine_rank, ("Machines", "Machine rank"), "clear Hosts"
@@ -254,9 +258,10 @@ def _display_problems(v: PanelValues) -> dict[str, str]:
     except ValueProblem:
         return {"display_ranks": "a rank, ranks such as 0,1, or all"}
     hosts = v.host_list()
-    if hosts == "slurm":  # the job's nodes are counted when the launch starts
+    nodes = ray_num_nodes(hosts, v.num_machines)
+    if hosts == "slurm" or (is_ray(hosts) and nodes is None):  # counted when the launch starts
         return {}
-    world = v.num_processes * (len(hosts) if hosts else v.num_machines)
+    world = v.num_processes * (len(hosts) if isinstance(hosts, list) else v.num_machines)
     if ranks and ranks[-1] >= world:
         return {"display_ranks": f"ranks 0..{world - 1} exist with {world} process(es)"}
     return {}
@@ -302,7 +307,12 @@ def launch_options(values: PanelValues) -> dict[str, Any]:
     out: dict[str, Any] = {"num_processes": v.num_processes}
     if v.mixed_precision != "no":
         out["mixed_precision"] = v.mixed_precision
-    if v.num_machines > 1:
+    hosts = v.host_list()
+    if is_ray(hosts):
+        nodes = ray_num_nodes(hosts, v.num_machines)
+        if nodes is not None:  # None: every node of the cluster that fits
+            out["num_nodes"] = nodes
+    elif v.num_machines > 1:
         out["num_nodes"] = v.num_machines
         out["node_rank"] = v.machine_rank
     if v.main_process_ip.strip():
@@ -321,7 +331,6 @@ def launch_options(values: PanelValues) -> dict[str, Any]:
         out["display_ranks"] = "all" if ranks is None else list(ranks)
     if v.device == "cpu":
         out["cpu"] = True
-    hosts = v.host_list()
     if hosts is not None:
         out["hosts"] = hosts
         if v.hosts_python.strip():

@@ -56,7 +56,9 @@ class ConfigPanel(widgets.VBox):
     machine_rank = traitlets.Int(0)
     main_process_ip = traitlets.Unicode("")
     main_process_port = traitlets.Int(0)
-    hosts = traitlets.Unicode("", help="machines started from here: 'node1, node2' or 'slurm'")
+    hosts = traitlets.Unicode(
+        "", help="machines started from here: 'node1, node2', 'slurm' or 'ray' (Machines: nodes)"
+    )
     hosts_python = traitlets.Unicode("")
     hosts_cwd = traitlets.Unicode("")
     use_fsdp = traitlets.Bool(False)

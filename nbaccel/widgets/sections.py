@@ -28,7 +28,7 @@ SECTIONS: dict[str, tuple[tuple[str, str], ...]] = {
         ("machine_rank", "Machine rank"),
         ("main_process_ip", "Main address"),
         ("main_process_port", "Main port (0: free)"),
-        ("hosts", "Hosts (or slurm)"),
+        ("hosts", "Hosts (or slurm, ray)"),
         ("hosts_python", "Python on hosts"),
         ("hosts_cwd", "Directory on hosts"),
     ),

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from ..lifeline import die_with_parent
@@ -12,4 +13,7 @@ from .main import leave, main
 if __name__ == "__main__":
     if "--die-with-parent" in sys.argv[1:]:
         die_with_parent(os.getppid())
+        # a Ray worker blocks signals in the thread that started this process, and a blocked
+        # mask outlives exec: unblock them, or the ranks would never see an interrupt
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
     leave(main())
