@@ -104,6 +104,9 @@ if [ "${hosts_rc}" -ne 0 ] || [ "${browser_rc}" -ne 0 ] || [ "${xla_rc}" -ne 0 ]
   echo "tiers failed: hosts ${hosts_rc}, browser ${browser_rc}, xla ${xla_rc}" >&2
   exit 1
 fi
+# one notebook driving a Ray cluster: a head and two nodes (real `ray start` daemons, each in a
+# network namespace of its own), the kernel a driver on the head (tests/ray/README.md)
+tier ray 420 tests/ray -m ray
 if python -c "import sys; from nbaccel.environment import cuda_device_count as n; sys.exit(n() == 0)"; then
   tier gpu 900 tests/gpu
 else  # no CUDA GPU here: every test of the tier is skipped, which may pass here only
