@@ -12,6 +12,10 @@ trivial function that joins the process group and returns its host and rank, and
 
 cold launches alternate, one uncounted warm-up each. Then nbaccel's pool on the same hosts:
 its start, and the warm round trip of ``pool.run(lambda: 1)`` to all 4 ranks.
+
+Then the same on a Ray cluster (``multihost_ray.py``: nbaccel's ``hosts="ray"`` against Ray
+Train's ``TorchTrainer``), skipped with a printed reason where Ray or its bed cannot run here
+(``--no-ray`` skips it too; ``--no-ssh`` runs the Ray part alone, without writing).
 """
 
 from __future__ import annotations
@@ -25,10 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import harness
+from . import harness, multihost_ray
 
 NAME = "multihost"
-SUMMARY = "cold launch on 2 hosts x 2 ranks over ssh vs torchrunx; warm pool round trip"
+SUMMARY = (
+    "cold launch on 2 hosts x 2 ranks over ssh vs torchrunx, on 2 Ray nodes vs Ray Train's "
+    "TorchTrainer; warm pool round trips"
+)
 TARGET_RATIO = 0.5  # nbaccel's cold launch at most half of torchrunx's
 TARGET_CALL_MS = 5.0  # a warm pool call across the hosts
 _ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(NAME)
     group.add_argument("--multihost_reps", type=int, default=None, help="cold launches (5)")
     group.add_argument("--multihost_calls", type=int, default=None, help="pool calls (200)")
+    group.add_argument(
+        "--no-ssh",
+        dest="no_ssh",
+        action="store_true",
+        help="skip the ssh hosts part (the Ray part alone; implies --no-write)",
+    )
+    multihost_ray.add_arguments(group)
 
 
 def _drive(reps: int, calls: int, peers: bool) -> dict[str, Any]:
@@ -78,7 +92,17 @@ def _summary(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _text(payload: dict[str, Any]) -> str:
-    summary, config = payload["summary"], payload["config"]
+    lines = ["## One notebook, two machines (`multihost`)", ""]
+    if payload["summary"] is None:
+        lines.append("The ssh hosts part was not run (`--no-ssh`).")
+    else:
+        lines += _ssh_text(payload["summary"], payload["config"])
+    lines += multihost_ray.text(payload["ray"])
+    lines += harness.markdown_footer(NAME, payload["machine"], "launch and call")
+    return "\n".join(lines)
+
+
+def _ssh_text(summary: dict[str, Any], config: dict[str, Any]) -> list[str]:
     rows = ["| Subject | seconds (median) | min - max |", "| --- | ---: | ---: |"]
     labels = {"nbaccel": "nbaccel `notebook_launcher(hosts=)`", "torchrunx": "torchrunx 0.4"}
     for subject, cold in summary["cold_s"].items():
@@ -87,8 +111,6 @@ def _text(payload: dict[str, Any]) -> str:
         )
     call = summary["pool_call_ms"]
     lines = [
-        "## One notebook, two machines (`multihost`)",
-        "",
         "A cold launch of a trivial function (join the process group, return host and rank) on "
         "2 machines x 2 ranks, started over ssh from one process on a third machine: the hosts "
         "tier's bed (network namespaces with their own host names and real sshd, on this one "
@@ -111,9 +133,8 @@ def _text(payload: dict[str, Any]) -> str:
         f"`pool.run(lambda: 1)` to all 4 ranks took **{call['median']:.2f} ms** (median of "
         f"{config['calls']}; min {call['min']:.2f}, max {call['max']:.2f}; target <= "
         f"{TARGET_CALL_MS} ms: {verdict}).",
-        *harness.markdown_footer(NAME, payload["machine"], "launch and call"),
     ]
-    return "\n".join(lines)
+    return lines
 
 
 def _plot(payload: dict[str, Any]) -> Any:
@@ -122,33 +143,55 @@ def _plot(payload: dict[str, Any]) -> Any:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cold = payload["summary"]["cold_s"]
-    fig, ax = plt.subplots(figsize=(6.0, 3.4), dpi=120)
-    names = list(cold)
-    ax.bar(names, [cold[n]["median"] for n in names], color=["#1f77b4", "#7f7f7f"][: len(names)])
-    for i, name in enumerate(names):
-        ax.scatter([i] * len(cold[name]["values"]), cold[name]["values"], color="black")
-    ax.set_ylabel("seconds (median; dots: launches)")
-    ax.set_title("Cold launch, 2 hosts x 2 ranks over ssh", fontsize=10)
-    ax.grid(axis="y", alpha=0.3)
+    ray = payload["ray"] if "summary" in payload["ray"] else None
+    panels = (payload["summary"] is not None) + (ray is not None)
+    fig, axes = plt.subplots(1, max(panels, 1), figsize=(6.0 * max(panels, 1), 3.4), dpi=120)
+    axes = list(axes) if panels > 1 else [axes]
+    if payload["summary"] is not None:
+        ax = axes.pop(0)
+        cold = payload["summary"]["cold_s"]
+        names = list(cold)
+        colors = ["#1f77b4", "#7f7f7f"][: len(names)]
+        ax.bar(names, [cold[n]["median"] for n in names], color=colors)
+        for i, name in enumerate(names):
+            ax.scatter([i] * len(cold[name]["values"]), cold[name]["values"], color="black")
+        ax.set_title("Cold launch, 2 hosts x 2 ranks over ssh", fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    if ray is not None:
+        multihost_ray.plot(axes.pop(0), ray)
+    fig.axes[0].set_ylabel("seconds (median; dots: launches)")
     return fig
 
 
 def run(options: argparse.Namespace) -> None:
-    """Build the bed, run the driver on its login machine, publish."""
+    """Build the hosts bed, run the driver on its login machine; then the Ray part; publish."""
     started = time.monotonic()
     peers = not getattr(options, "no_peers", False)
-    versions = harness.require_subjects(options, ("torch", "nbaccel"), ("torchrunx",))
+    ssh = not getattr(options, "no_ssh", False)
+    if not ssh:
+        options.no_write = True  # a partial run leaves the published figures alone
+    own, others = ("torch", "nbaccel"), ("torchrunx",) if ssh else ()
+    versions = harness.require_subjects(options, own, others)
     reps = harness.resolve(options, "multihost_reps", 5, 1)
     calls = harness.resolve(options, "multihost_calls", 200, 20)
     machine = harness.machine_description(versions)
-    print(f"{NAME}: {reps} + 1 warm-up cold launches per subject, {calls} pool calls", flush=True)
-    raw = _drive(reps, calls, peers)
+    raw = summary = None
+    if ssh:
+        print(
+            f"{NAME}: {reps} + 1 warm-up cold launches per subject, {calls} pool calls",
+            flush=True,
+        )
+        raw = _drive(reps, calls, peers)
+        summary = _summary(raw)
+    ray = multihost_ray.measure(options, peers)
+    if "summary" in ray:
+        machine["versions"].update(multihost_ray.versions(peers))
     payload = {
         "benchmark": NAME,
         "machine": harness.finish_machine(machine, started),
         "config": {"reps": reps, "calls": calls, "hosts": 2, "per_host": 2},
-        "summary": _summary(raw),
+        "summary": summary,
         "runs": raw,
+        "ray": ray,
     }
     harness.publish(options, NAME, payload, _text(payload), _plot)

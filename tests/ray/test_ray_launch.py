@@ -7,12 +7,15 @@ sockets."""
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.hosts.login_kernel import LoginKernel
+from tests.hosts.login_kernel import AGENT, LoginKernel
 from tests.ray.bed_ray import RayBed
 from tests.ray.kernels import nbaccel_listeners, ray_kernel
 
@@ -94,7 +97,7 @@ try:
 except KeyboardInterrupt as exc:
     caught = type(exc).__name__
 """,
-        timeout=20,  # the driver interrupts the kernel then (the ranks run by then)
+        timeout=12,  # the driver interrupts the kernel then (the ranks run by then)
     )
     assert done["status"] == "timeout", done
     assert "running" in done["stdout"], done
@@ -106,8 +109,6 @@ except KeyboardInterrupt as exc:
 def test_a_node_lost_mid_run_is_named(kernel: LoginKernel, ray_bed: RayBed) -> None:
     """node2 dies (every process of it killed) while the ranks wait: MachineLostError naming
     it, the rank on node1 stopped, and the node brought back for the tests after."""
-    import threading
-
     answer: dict[str, object] = {}
 
     def run() -> None:
@@ -149,11 +150,13 @@ print("LOST", type(lost).__name__, lost)
 def test_bad_input_is_refused_before_any_rank_starts(kernel: LoginKernel) -> None:
     out = kernel.ok(
         """
-for case in ("too many", "no cluster"):
+for case in ("too many", "too few CPUs", "no cluster"):
     t0 = time.monotonic()
     try:
         if case == "too many":
             notebook_launcher(train, (1.0,), num_nodes=3, hosts="ray")
+        elif case == "too few CPUs":
+            notebook_launcher(train, (1.0,), num_processes=2, hosts="ray")
         else:
             import ray, os
             ray.shutdown()
@@ -171,9 +174,65 @@ print("LEFT", left())
     assert "CASE too many ValueError" in out, out
     assert "num_nodes=3 with 1 CPU(s) each (num_processes=1) was asked" in out, out
     assert "has 2 such node(s) among its 3 alive" in out, out
+    assert "CASE too few CPUs ValueError" in out, out
+    assert "at least one node with 2 CPU(s) each (num_processes=2) was asked" in out, out
     assert "CASE no cluster ConnectionError" in out, out
     assert "nothing answers at RAY_ADDRESS=203.0.113.99:6379 within 2s" in out, out
     for line in out.splitlines():
         if line.startswith("CASE"):
-            assert int(line.split()[4]) < 15, line
+            assert int(line.split("|")[0].split()[-1]) < 15, line
     assert "LEFT []" in out, out
+
+
+def test_a_node_cut_off_mid_run_is_named_after_node_timeout(
+    kernel: LoginKernel, ray_bed: RayBed
+) -> None:
+    """node2's cable is pulled while the ranks wait: nothing more is heard from its agent, and
+    after node_timeout the run ends with MachineLostError naming it."""
+    answer: dict[str, object] = {}
+    code = """
+try:
+    notebook_launcher(lambda: time.sleep(300), hosts="ray", node_timeout=8)
+except Exception as exc:
+    print("LOST", type(exc).__name__, exc)
+"""
+    runner = threading.Thread(target=lambda: answer.update(kernel.run(code, timeout=240)))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # both agents and both ranks run (one process table)
+            found = ray_bed.run("node2", ["pgrep", "-f", AGENT]).stdout.split()
+            if len(found) >= 4:
+                break
+            time.sleep(0.5)
+        time.sleep(1)
+        ray_bed.cut("node2")
+        runner.join(120)
+        out = str(answer.get("stdout", ""))
+        assert "LOST MachineLostError machine 1 (node2) was lost: nothing was heard" in out, answer
+    finally:
+        ray_bed.restart_node("node2")
+    _nothing_left(kernel, ray_bed)
+
+
+def test_other_versions_are_refused_naming_both(
+    kernel: LoginKernel, ray_bed: RayBed, tmp_path: Path
+) -> None:
+    wrapper = tmp_path / "other-nbaccel"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"exec {sys.executable} -c \"import nbaccel.version as v; v.__version__ = '0.0.1'; "
+        f"import runpy; runpy.run_module('{AGENT}', run_name='__main__')\"\n"
+    )
+    wrapper.chmod(0o755)
+    out = kernel.ok(
+        f"""
+try:
+    notebook_launcher(print, hosts="ray", python={str(wrapper)!r})
+except Exception as exc:
+    print("RAISED", type(exc).__name__, exc)
+""",
+        timeout=240,
+    )
+    assert "RAISED HostError node1 runs nbaccel 0.0.1, but this notebook runs nbaccel" in out, out
+    _nothing_left(kernel, ray_bed)

@@ -23,6 +23,7 @@ import socket
 import time
 from typing import Any
 
+from ..agent import rayhost
 from ..agent.rayhost import AgentHost, handshake
 from ..config import LaunchConfig
 from ..rayhosts import RayNodes, choose_nodes, import_ray
@@ -82,6 +83,9 @@ class RayAgents:
             )
         key = secrets.token_bytes(32)
         share = {"num_gpus": nodes.per_node} if nodes.gpus else {"num_cpus": nodes.per_node}
+        # the actor's class travels by value: a node's new worker process then imports only
+        # the standard library for it, not nbaccel and torch (its agent imports those)
+        ray.cloudpickle.register_pickle_by_value(rayhost)
         remote = ray.remote(AgentHost)
         for index in range(len(nodes.nodes)):
             strategy = PlacementGroupSchedulingStrategy(self.group, index)
