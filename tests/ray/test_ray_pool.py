@@ -108,6 +108,31 @@ print("WHERE", [(r["rank"], r["host"], r["state"]) for r in pool.where()])
     assert "WHERE [(0, 'node1', 'idle'), (1, 'node2', 'idle')]" in out, out
 
 
+def test_a_launch_while_the_pool_holds_the_cpus_is_refused_in_seconds(
+    kernel: LoginKernel, pool: str
+) -> None:
+    """The pool holds both nodes' CPUs: a launch's placement group cannot be placed, and it
+    is removed and refused after connect_timeout, never waited on; the pool is untouched."""
+    out = kernel.ok(
+        """
+from nbaccel import notebook_launcher
+t0 = time.monotonic()
+try:
+    notebook_launcher(print, hosts="ray", connect_timeout=3)
+except Exception as exc:
+    print("REFUSED", type(exc).__name__, round(time.monotonic() - t0), "|", exc)
+kinds = [entry.split()[0] for entry in left()]
+print("ACTORS", kinds.count("actor"), "GROUPS", kinds.count("group"))
+print("STILL", pool.execute("1 + 1"))
+"""
+    )
+    assert "REFUSED HostError" in out, out
+    assert "could not reserve 1 CPU(s) on each of 203.0.113.11, 203.0.113.12 within 3s" in out
+    assert int(out.split("REFUSED HostError")[1].split("|")[0]) < 15, out
+    assert "ACTORS 2 GROUPS 1" in out, out  # the pool's own, nothing of the refused launch
+    assert "STILL [2, 2]" in out, out
+
+
 def test_the_magics_start_a_pool_on_the_ray_cluster(kernel: LoginKernel, pool: str) -> None:
     kernel.ok("pool.shutdown()")
     out = kernel.ok("%load_ext nbaccel\n%nbaccel start -n 1 --hosts ray --cpu", timeout=240)
