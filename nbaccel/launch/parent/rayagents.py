@@ -82,7 +82,13 @@ class RayAgents:
                 "status` lists what is in use), or ask for fewer nodes or processes.",
             )
         key = secrets.token_bytes(32)
-        share = {"num_gpus": nodes.per_node} if nodes.gpus else {"num_cpus": nodes.per_node}
+        # what the actor holds is its bundle; an actor asks 1 CPU by default, which a bundle of
+        # GPUs alone would not hold
+        share = (
+            {"num_gpus": nodes.per_node, "num_cpus": 0}
+            if nodes.gpus
+            else {"num_cpus": nodes.per_node}
+        )
         # the actor's class travels by value: a node's new worker process then imports only
         # the standard library for it, not nbaccel and torch (its agent imports those)
         ray.cloudpickle.register_pickle_by_value(rayhost)
