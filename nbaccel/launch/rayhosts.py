@@ -100,7 +100,7 @@ def connect(connect_timeout: float) -> str:
     what was tried where no cluster answers."""
     ray = import_ray()
     if ray.is_initialized():
-        return str(ray.get_runtime_context().gcs_address)
+        return _joined(ray, "the cluster this kernel joined")
     address = ray_address() or "auto"
     if address != "auto" and not address.startswith("ray://"):
         _check_reachable(address, connect_timeout)
@@ -114,7 +114,15 @@ def connect(connect_timeout: float) -> str:
             "others), then call ray.init(address=...) in this notebook or set RAY_ADDRESS "
             "to its head's address before the launch."
         ) from None
-    return str(ray.get_runtime_context().gcs_address)
+    return _joined(ray, address)
+
+
+def _joined(ray: ModuleType, fallback: str) -> str:
+    """The joined cluster's GCS address, for messages (a Ray Client connection may not say)."""
+    try:
+        return str(ray.get_runtime_context().gcs_address)
+    except Exception:  # a ray:// client's context
+        return fallback
 
 
 def _check_reachable(address: str, timeout: float) -> None:
