@@ -75,7 +75,7 @@ ray.init(address=os.environ["RAY_ADDRESS"], logging_level=logging.ERROR, log_to_
 while True:
     alive = sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])
     if want is None or alive == sorted(want) or time.monotonic() > deadline:
-        print(); print(json.dumps(alive), flush=True)  # a line of its own
+        print(); print("ALIVE", json.dumps(alive), flush=True)  # a line of its own
         sys.exit(0 if want is None or alive == sorted(want) else 3)
     time.sleep(0.25)
 """
@@ -336,14 +336,15 @@ class RayBed:
                     _signal_group(driver, signal.SIGKILL)
                     driver.wait()
                     raise
-        lines = out.strip().splitlines()
+        # Ray prints its own news on a driver's stdout too, before and after ours ("The node
+        # with node id: ... has been marked dead", "raylet has lagging heartbeats ..."): the
+        # answer is the line that starts with ALIVE
+        lines = [line[len("ALIVE ") :] for line in out.splitlines() if line.startswith("ALIVE ")]
         if driver.returncode not in (0, 3) or not lines:
             raise BedError(
                 f"a driver on login asking for the nodes exited with {driver.returncode}:\n"
                 f"{err[-3000:]}"
             )
-        # the last line: Ray prints its own news on a driver's stdout too ("The node with node
-        # id: ... has been marked dead because the detector has missed too many heartbeats")
         return sorted(_MACHINE_OF.get(address, address) for address in json.loads(lines[-1]))
 
     def _gcs_listens(self) -> bool:
