@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,30 +80,3 @@ def ray_kernel(bed: RayBed, cwd: Path, setup: str = "") -> Iterator[LoginKernel]
     assert agents_left_after(20) == []
     for node in ("node1", "node2"):
         assert nbaccel_listeners(bed, node) == [], node
-
-
-def node2_lost_during(
-    kernel: LoginKernel, bed: RayBed, code: str, fault: str, settle: float = 1.0
-) -> str:
-    """Run the cell ``code`` in the background; once both agents and both ranks run (four
-    agent processes: the machines share one process table) and ``settle`` more seconds
-    passed, ``fault`` node2 (``"kill"``: every process of it dies; ``"cut"``: its cable is
-    pulled). The cell's stdout once it ended; node2 is a fresh Ray node again afterwards."""
-    answer: dict[str, object] = {}
-    runner = threading.Thread(target=lambda: answer.update(kernel.run(code, timeout=240)))
-    runner.start()
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if len(bed.run("node2", ["pgrep", "-f", AGENT]).stdout.split()) >= 4:
-                break
-            time.sleep(0.5)
-        time.sleep(settle)
-        if fault == "kill":
-            bed.kill_node("node2")
-        else:
-            bed.cut("node2")
-        runner.join(150)
-        return str(answer.get("stdout", "")) or repr(answer)
-    finally:
-        bed.restart_node("node2")

@@ -8,6 +8,8 @@ sockets."""
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 
 from tests.hosts.login_kernel import AGENT, LoginKernel
 from tests.ray.bed_ray import RayBed
-from tests.ray.kernels import nbaccel_listeners, node2_lost_during, ray_kernel
+from tests.ray.kernels import nbaccel_listeners, ray_kernel
 
 SETUP = "from nbaccel import notebook_launcher\n"
 
@@ -107,7 +109,12 @@ except KeyboardInterrupt as exc:
 def test_a_node_lost_mid_run_is_named(kernel: LoginKernel, ray_bed: RayBed) -> None:
     """node2 dies (every process of it killed) while the ranks wait: MachineLostError naming
     it, the rank on node1 stopped, and the node brought back for the tests after."""
-    code = """
+    answer: dict[str, object] = {}
+
+    def run() -> None:
+        answer.update(
+            kernel.run(
+                """
 def wait_long():
     print("waiting", flush=True)
     time.sleep(300)
@@ -116,9 +123,27 @@ try:
 except Exception as exc:
     lost = exc
 print("LOST", type(lost).__name__, lost)
-"""
-    out = node2_lost_during(kernel, ray_bed, code, "kill")
-    assert "LOST MachineLostError machine 1 (node2) was lost" in out, out
+""",
+                timeout=240,
+            )
+        )
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # both agents and both ranks run (one process table)
+            found = ray_bed.run("node2", ["pgrep", "-f", "nbaccel.launch.agent"]).stdout.split()
+            if len(found) >= 4:
+                break
+            time.sleep(0.5)
+        time.sleep(1)
+        ray_bed.kill_node("node2")
+        runner.join(120)
+        out = str(answer.get("stdout", ""))
+        assert "LOST MachineLostError machine 1 (node2) was lost" in out, answer
+    finally:
+        ray_bed.restart_node("node2")
     _nothing_left(kernel, ray_bed)
 
 
@@ -164,14 +189,29 @@ def test_a_node_cut_off_mid_run_is_named_after_node_timeout(
 ) -> None:
     """node2's cable is pulled while the ranks wait: nothing more is heard from its agent, and
     after node_timeout the run ends with MachineLostError naming it."""
+    answer: dict[str, object] = {}
     code = """
 try:
     notebook_launcher(lambda: time.sleep(300), hosts="ray", node_timeout=8)
 except Exception as exc:
     print("LOST", type(exc).__name__, exc)
 """
-    out = node2_lost_during(kernel, ray_bed, code, "cut")
-    assert "LOST MachineLostError machine 1 (node2) was lost: nothing was heard" in out, out
+    runner = threading.Thread(target=lambda: answer.update(kernel.run(code, timeout=240)))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # both agents and both ranks run (one process table)
+            found = ray_bed.run("node2", ["pgrep", "-f", AGENT]).stdout.split()
+            if len(found) >= 4:
+                break
+            time.sleep(0.5)
+        time.sleep(1)
+        ray_bed.cut("node2")
+        runner.join(120)
+        out = str(answer.get("stdout", ""))
+        assert "LOST MachineLostError machine 1 (node2) was lost: nothing was heard" in out, answer
+    finally:
+        ray_bed.restart_node("node2")
     _nothing_left(kernel, ray_bed)
 
 

@@ -7,6 +7,7 @@ the kernel dies with a pool up."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -14,7 +15,7 @@ import pytest
 
 from tests.hosts.login_kernel import LoginKernel
 from tests.ray.bed_ray import RayBed
-from tests.ray.kernels import LEFT, nbaccel_listeners, node2_lost_during, ray_kernel
+from tests.ray.kernels import LEFT, nbaccel_listeners, ray_kernel
 
 SETUP = "from nbaccel import WorkerPool\n"
 
@@ -147,15 +148,24 @@ def test_a_node_lost_during_a_call_breaks_the_pool_and_restart_brings_it_back(
     kernel: LoginKernel, ray_bed: RayBed
 ) -> None:
     kernel.ok("pool.shutdown()")  # its CPUs go to this test's pool (shutdown is idempotent)
-    kernel.ok('lossy = WorkerPool(hosts="ray", node_timeout=10)', timeout=240)
+    out = kernel.ok('lossy = WorkerPool(hosts="ray", node_timeout=10)', timeout=240)
+    answer: dict[str, object] = {}
     code = """
 try:
     lossy.execute("import time\\ntime.sleep(300)")
 except Exception as exc:
     print("LOST", type(exc).__name__, exc)
 """
-    out = node2_lost_during(kernel, ray_bed, code, "kill", settle=3.0)
-    assert "LOST MachineLostError machine 1 (node2) was lost" in out, out
+    runner = threading.Thread(target=lambda: answer.update(kernel.run(code, timeout=180)))
+    runner.start()
+    try:
+        time.sleep(3)
+        ray_bed.kill_node("node2")
+        runner.join(150)
+        out = str(answer.get("stdout", ""))
+        assert "LOST MachineLostError machine 1 (node2) was lost" in out, answer
+    finally:
+        ray_bed.restart_node("node2")
     out = kernel.ok(
         "lossy.restart(); print('BACK', lossy.run(socket.gethostname)); lossy.shutdown()",
         timeout=240,
