@@ -29,7 +29,7 @@ tier() {
   fi
   local start=$SECONDS rc=0
   timeout --signal=TERM --kill-after=30 "${budget}" "${TIER_PYTHON:-python}" -m pytest \
-    -p tests.tier_guard "$@" -q -p no:cacheprovider --durations=5 || rc=$?
+    -p tests.tier_guard -p tests.tier_term "$@" -q -p no:cacheprovider --durations=5 || rc=$?
   echo "== tier ${name}: exit ${rc} after $((SECONDS - start))s"
   if [ "${rc}" -eq 124 ]; then
     echo "tier ${name} ran past its budget of ${budget}s" >&2

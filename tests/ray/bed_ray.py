@@ -412,6 +412,10 @@ class RayBed:
         plugged, a new temp dir) and wait until the cluster has its three nodes again, the old
         one of ``node`` declared dead."""
         self.kill_node(node)
+        # the GCS must first declare the old node dead: until then it counts as alive under
+        # the same address, so a wait for "the three machines" could end before the new node
+        # registers (and a test after see two nodes)
+        self.wait_alive([m for m in MACHINES if m != node], self.ready_timeout)
         self.plug(node)
         self._start_node(node)
         self.wait_alive(MACHINES, self.ready_timeout if timeout is None else timeout)
