@@ -203,7 +203,8 @@ def text(ray: dict[str, Any]) -> list[str]:
         "(`ray.init()` with `RAY_ADDRESS`) before anything was timed; TorchTrainer's storage "
         f"is a directory all nodes share. {config['reps']} launches per subject, alternating, "
         "after one uncounted warm-up each; each starts once the cluster's 2 CPUs are free "
-        "again (untimed).",
+        "again and the machine is quiet (at most a quarter of its cores busy over half a "
+        "second: the last subject's processes done exiting; untimed).",
         "",
         "| Subject | seconds (median) | min - max | until the function ran | join the group "
         "| all-reduce | after its return |",

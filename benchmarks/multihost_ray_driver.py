@@ -6,8 +6,9 @@
 
 Cold launches of 2 nodes x 1 rank alternate between ``notebook_launcher(hosts="ray")`` and Ray
 Train's ``TorchTrainer(...).fit()`` (storage under STORAGE, shared by the nodes), one uncounted
-warm-up each first; each starts once the cluster's 2 CPUs are free again (that wait is not
-timed). Then ``WorkerPool(hosts="ray")``: its start and its warm round trips. Last, the parts a
+warm-up each first; each starts once the cluster's 2 CPUs are free again and the machine is
+quiet (the last subject's processes done exiting: at most a quarter of its cores busy over
+half a second); those waits are not timed. Then ``WorkerPool(hosts="ray")``: its start and its warm round trips. Last, the parts a
 launch is made of, timed alone: a placement group of the 2 bundles, a fresh actor on each node
 and ``import torch`` in it. Progress lines start with ``[progress]``; the last line is
 ``RESULT {json}``.
@@ -109,6 +110,27 @@ def _cpus_free(ray: Any, timeout: float = 60.0) -> float:
         if time.monotonic() - begin > timeout:
             raise RuntimeError(f"the cluster's {total:g} CPUs were not free within {timeout} s")
         time.sleep(0.05)
+    return time.monotonic() - begin
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(idle, total) jiffies of the whole machine, from /proc/stat."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    return fields[3] + fields[4], sum(fields)
+
+
+def _quiet(timeout: float = 20.0, busy_at_most: float = 0.25) -> float:
+    """Wait until the machine's cores are at most ``busy_at_most`` busy over half a second
+    (what the last subject started has done exiting); the seconds waited. Gives up quietly
+    after ``timeout`` (a busy machine is reported by the load averages)."""
+    begin = time.monotonic()
+    while time.monotonic() - begin < timeout:
+        idle0, total0 = _cpu_times()
+        time.sleep(0.5)
+        idle1, total1 = _cpu_times()
+        if total1 > total0 and 1 - (idle1 - idle0) / (total1 - total0) <= busy_at_most:
+            break
     return time.monotonic() - begin
 
 
@@ -220,7 +242,7 @@ def main() -> int:
         out[name], out[f"{name}_phases"], out[f"{name}_waited_s"] = [], [], []
     for rep in range(reps + 1):
         for name, subject in subjects:
-            waited = _cpus_free(ray)
+            waited = _cpus_free(ray) + _quiet()
             seconds, phases, results = subject(storage, rep)
             what = "warm-up" if rep == 0 else f"rep {rep}/{reps}"
             parts = " ".join(f"{k} {v:.2f}" for k, v in phases.items())
