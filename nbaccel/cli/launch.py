@@ -28,6 +28,7 @@ from typing import Any
 
 from ..config import ConfigError, ResolvedLaunch, config_in_force, resolve_launch, save_config_file
 from ..environment import (
+    CONFIG_FILE_VARIABLE,
     deepspeed_launch_variables,
     fsdp_launch_variables,
     gloo_socket_interface,
@@ -175,7 +176,7 @@ def run_entry(argv: list[str]) -> int:
 
 def _child_environment(resolved: ResolvedLaunch, config_path: Path) -> dict[str, str]:
     cfg = resolved.config
-    env = {"NBACCEL_CONFIG_FILE": str(config_path)}
+    env = {CONFIG_FILE_VARIABLE: str(config_path)}
     if resolved.cpu:
         env["NBACCEL_USE_CPU"] = "1"  # read by the device choice of every process
     if cfg.debug:

@@ -50,6 +50,7 @@ from .precision import (
     precision_in_effect,
 )
 from .settings import (
+    CONFIG_FILE_VARIABLE,
     COPIED_TO_HOSTS,
     accelerate_config_candidates,
     config_file_override,
@@ -66,6 +67,7 @@ from .settings import (
 )
 
 __all__ = [
+    "CONFIG_FILE_VARIABLE",
     "COPIED_TO_HOSTS",
     "FP16_DEVICE_TYPES",
     "DeviceChoice",

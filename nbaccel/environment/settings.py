@@ -10,11 +10,13 @@ from pathlib import Path
 
 from ._vars import _bool_var, _environ, _int_var
 
+CONFIG_FILE_VARIABLE = "NBACCEL_CONFIG_FILE"  # nbaccel launch sets it for its processes
+
 
 def config_file_override(environ: Mapping[str, str] | None = None) -> str | None:
     """The config file named by ``NBACCEL_CONFIG_FILE`` (also set by ``nbaccel launch`` for
     its processes, to the resolved config), or None."""
-    raw = _environ(environ).get("NBACCEL_CONFIG_FILE", "").strip()
+    raw = _environ(environ).get(CONFIG_FILE_VARIABLE, "").strip()
     return raw or None
 
 
