@@ -161,3 +161,19 @@ def test_a_start_past_start_timeout_says_so_and_leaves_nothing() -> None:
     with pytest.raises(TimeoutError, match="did not join the process group within"):
         WorkerPool(2, cpu=True, start_timeout=0.01)
     assert psutil.Process().children(recursive=True) == before
+
+
+def test_a_pool_stays_on_this_machine_whatever_hosts_the_config_file_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file's ``hosts`` is notebook_launcher's default, never a pool's: a pool started as
+    always runs here (docs/multihost.md); ``hosts=`` as an argument is how a pool leaves."""
+    config = tmp_path / "cfg.yaml"
+    config.write_text("hosts:\n- node-that-does-not-exist\nhosts_python: /nowhere/python\n")
+    monkeypatch.setenv("NBACCEL_CONFIG_FILE", str(config))
+    pool = WorkerPool(1, cpu=True)
+    try:
+        assert pool.hosts is None
+        assert pool.run(os.getpid) != [os.getpid()]  # a rank of this machine answered
+    finally:
+        pool.shutdown()

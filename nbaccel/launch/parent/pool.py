@@ -120,7 +120,8 @@ class WorkerPool:
             rendezvous_timeout=self.start_timeout,
             stall_timeout=stall_timeout,
             on_stall=on_stall,
-            hosts=hosts,
+            # a pool takes hosts only as an argument, never from the config file
+            **({"hosts": hosts} if hosts is not None else {}),
             python=python,
             cwd=cwd,
             env=env,
