@@ -22,7 +22,7 @@ import tempfile
 import types
 from pathlib import Path
 
-from ..environment import CONFIG_FILE_VARIABLE
+from ..environment import set_config_file_override
 from ..validation import is_int
 
 __all__ = ["ScriptJob", "entry_function", "has_main_guard", "run_script", "script_job"]
@@ -97,7 +97,7 @@ def run_script(job: ScriptJob) -> None:
     with tempfile.TemporaryDirectory(prefix="nbaccel-script-") as tmp:
         config = Path(tmp, "resolved_config.yaml")
         config.write_text(job.config_text)
-        os.environ[CONFIG_FILE_VARIABLE] = str(config)  # what nbaccel launch's processes read
+        set_config_file_override(str(config))  # what nbaccel launch's processes read
         sys.argv = [job.target, *job.args]
         if job.module:
             runpy.run_module(job.target, run_name="__main__", alter_sys=True)

@@ -13,6 +13,12 @@ from ._vars import _bool_var, _environ, _int_var
 CONFIG_FILE_VARIABLE = "NBACCEL_CONFIG_FILE"  # nbaccel launch sets it for its processes
 
 
+def set_config_file_override(path: str) -> None:
+    """Name ``path`` as the config file in force for this process and its children (what a
+    rank of ``nbaccel launch --hosts`` does with the resolved config it was sent)."""
+    os.environ[CONFIG_FILE_VARIABLE] = path
+
+
 def config_file_override(environ: Mapping[str, str] | None = None) -> str | None:
     """The config file named by ``NBACCEL_CONFIG_FILE`` (also set by ``nbaccel launch`` for
     its processes, to the resolved config), or None."""

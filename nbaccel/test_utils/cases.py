@@ -79,7 +79,7 @@ class MockingTestCase(unittest.TestCase):
 
         def setUp(self):
             super().setUp()
-            self.add_mocks(mock.patch.dict(os.environ, {"WANDB_DIR": str(self.tmpdir)}))
+            self.add_mocks(mock.patch("time.sleep"))
     """
 
     mocks: list[Any]

@@ -80,6 +80,45 @@ def check_hello(entry: str, hello: Hello) -> None:
 
 
 @dataclasses.dataclass
+class Started:
+    """What one kind of host start made so far (closed by the caller on a failure)."""
+
+    config: LaunchConfig  # with what the start decided (Ray: the nodes it took)
+    agents: list[AgentLink] = dataclasses.field(default_factory=list)
+    release: Callable[[], None] | None = None  # what else ends with the agents (Ray's group)
+    via: str = ""  # "over ssh", "in SLURM job 42", "on the Ray cluster at ..."
+
+
+def _process_agents(started: Started) -> None:
+    """An agent per host as a local process: ``ssh host python -m ...`` or a SLURM step."""
+    hosts = started.config.hosts
+    assert hosts is not None
+    python = hosts.python or sys.executable
+    slurm = hosts.slurm_job
+    started.via = f"in SLURM job {slurm}" if slurm is not None else "over ssh"
+    for index, target in enumerate(hosts.targets):
+        if slurm is not None:
+            argv = srun_argv(slurm, target.host, python)
+        else:
+            argv = ssh_argv(target, python, hosts.connect_timeout)
+        channel = ProcessChannel(argv, hosts.via)
+        started.agents.append(AgentLink(index, target, channel, hosts.connect_timeout))
+
+
+def _ray_agents(started: Started) -> None:
+    """An agent per node of the Ray cluster, in an actor of a placement group."""
+    from .rayagents import RayAgents  # imports Ray
+
+    cluster, agents = RayAgents.start(started.config)  # releases what it made on a failure
+    started.config, started.release, started.via = (
+        cluster.config,
+        cluster.release,
+        cluster.describe(),
+    )
+    started.agents.extend(agents)
+
+
+@dataclasses.dataclass
 class HostAgents:
     """The agents of one attempt or pool generation, checked (see the module docstring).
 
@@ -104,36 +143,29 @@ class HostAgents:
         """Start and check every host's agent; on any failure the started ones are closed."""
         hosts = config.hosts
         assert hosts is not None
-        python = hosts.python or sys.executable
-        agents: list[AgentLink] = []
-        release: Callable[[], None] | None = None
-        via = f"in SLURM job {hosts.slurm_job}" if hosts.slurm_job is not None else "over ssh"
+        started = Started(config)
         try:
-            if hosts.ray is not None:
-                from .rayagents import RayAgents  # imports Ray
-
-                cluster, agents = RayAgents.start(config)
-                config, release, via = cluster.config, cluster.release, cluster.describe()
-            for index, target in enumerate(hosts.targets if hosts.ray is None else ()):
-                if hosts.slurm_job is not None:
-                    argv = srun_argv(hosts.slurm_job, target.host, python)
-                else:
-                    argv = ssh_argv(target, python, hosts.connect_timeout)
-                channel = ProcessChannel(argv, hosts.via)
-                agents.append(AgentLink(index, target, channel, hosts.connect_timeout))
+            (_ray_agents if hosts.ray is not None else _process_agents)(started)
             deadline = time.monotonic() + hosts.connect_timeout + AGENT_START_S
-            hellos = [agent.wait_hello(deadline) for agent in agents]
-            for agent, hello in zip(agents, hellos, strict=True):
+            hellos = [agent.wait_hello(deadline) for agent in started.agents]
+            for agent, hello in zip(started.agents, hellos, strict=True):
                 check_hello(agent.target.entry, hello)
-            checked = _with_devices(config, agents, hellos)
+            checked = _with_devices(started.config, started.agents, hellos)
         except BaseException:
-            for agent in agents:
+            for agent in started.agents:
                 agent.close()
-            if release is not None:
-                release()
+            if started.release is not None:
+                started.release()
             raise
-        master = hellos[0].address or agents[0].target.host
-        return cls(checked, agents, master, hellos[0].port, release=release, via_text=via)
+        master = hellos[0].address or started.agents[0].target.host
+        return cls(
+            checked,
+            started.agents,
+            master,
+            hellos[0].port,
+            release=started.release,
+            via_text=started.via,
+        )
 
     def agent_of(self, rank: int) -> AgentLink:
         """The agent that runs global ``rank``."""
