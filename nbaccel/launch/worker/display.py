@@ -21,7 +21,7 @@ from typing import Any
 from ..events import BarEvent, DisplayEvent, Event
 from .bars import notebook_bars_build
 
-__all__ = ["install_worker_display"]
+__all__ = ["install_worker_display", "load_before_fork"]
 
 Send = Callable[[Event], None]
 
@@ -181,6 +181,14 @@ def _bar_class(send: Send, rank: int) -> type:
             send(self._event("closed"))
 
     return WorkerBar
+
+
+def load_before_fork() -> None:
+    """Load in the launcher what :func:`install_worker_display` loads in each rank
+    (``tqdm.notebook``, and with it ``ipywidgets``: tens of milliseconds), so that ranks
+    forked from it find it loaded: once a kernel, not once a rank at every launch."""
+    if "tqdm.notebook" not in sys.modules:
+        import tqdm.notebook  # noqa: F401 - what the ranks patch, loaded before they fork
 
 
 def install_worker_display(send: Send, rank: int) -> None:
