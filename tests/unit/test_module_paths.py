@@ -14,6 +14,8 @@ import ast
 import functools
 import importlib
 import inspect
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +196,23 @@ def test_the_paths_where_nbaccel_code_lives_itself_import(path: str) -> None:
     module = importlib.import_module(path)
     assert module.__all__ and all(hasattr(module, name) for name in module.__all__)
     assert path not in table.DOORS
+
+
+def test_the_package_loads_its_names_on_first_use_and_types_them_all() -> None:
+    """``nbaccel/__init__.py`` imports its names for type checkers only (``TYPE_CHECKING``):
+    exactly the table's names; at run time each loads from its home when first asked for."""
+    source = _file("nbaccel").read_text(encoding="utf-8")
+    typed = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for child in node.body:
+                assert isinstance(child, ast.ImportFrom), ast.unparse(child)
+                typed |= {alias.asname or alias.name for alias in child.names}
+    assert sorted(typed) == table.names_of("nbaccel")
+    fresh = "import sys, nbaccel; print(sorted(m for m in sys.modules if '.fsdp' in m))"
+    loaded = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True)
+    assert loaded.returncode == 0, loaded.stderr
+    torch_fsdp = [m for m in ast.literal_eval(loaded.stdout) if m.startswith("torch.distributed.fsdp")]
+    assert torch_fsdp == [], loaded.stdout  # FSDP loads with the Accelerator only
+    with pytest.raises(AttributeError, match="has no attribute 'not_a_name'"):
+        nbaccel.not_a_name  # noqa: B018
