@@ -36,6 +36,7 @@ from typing import Any, TextIO
 from tests.hosts.bed_net import ADDRESSES, MACHINES, NODES, BedError, Network
 from tests.hosts.bed_slurm import SlurmFiles, node_states, slurmctld_argv, slurmd_argv
 from tests.hosts.bed_ssh import PORTS, PRIVSEP_DIR, SshFiles, sshd_argv
+from tests.support.beds import all_pids, identities, signal_group
 
 __all__ = ["ADDRESSES", "MACHINES", "NODES", "BedError", "HostBed"]
 
@@ -206,18 +207,18 @@ class HostBed:
             return
         begin = time.monotonic()
         live = [process for process in self._processes() if process.poll() is None]
-        self._seen |= _identities([*self.net.pids(), *(process.pid for process in live)])
+        self._seen |= identities([*self.net.pids(), *(process.pid for process in live)])
         for process in live:  # SIGTERM first: slurmctld saves its state, a kernel shuts down
-            _signal_group(process, signal.SIGTERM)
+            signal_group(process, signal.SIGTERM)
         deadline = time.monotonic() + 5
         for process in live:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        self._seen |= _identities(self.net.pids())
+        self._seen |= identities(self.net.pids())
         survivors = self.net.kill_all()  # job steps, ssh sessions, whatever a test left
         for process in live:
             if process.poll() is None:
-                _signal_group(process, signal.SIGKILL)
+                signal_group(process, signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     process.wait(timeout=5)
         self.net.destroy()
@@ -243,7 +244,7 @@ class HostBed:
             left.append(str(self.root))
         if self._made_privsep:
             left.append(str(PRIVSEP_DIR))
-        left += [f"process {pid}" for pid, _ in self._seen & _identities(_all_pids())]
+        left += [f"process {pid}" for pid, _ in self._seen & identities(all_pids())]
         return left
 
     def _processes(self) -> list[subprocess.Popen[Any]]:
@@ -327,25 +328,3 @@ class HostBed:
             return self.run(machine, command, timeout=15).returncode == 0
         except subprocess.TimeoutExpired:
             return False
-
-
-def _all_pids() -> list[int]:
-    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
-
-
-def _identities(pids: Sequence[int]) -> set[tuple[int, str]]:
-    """``(pid, start time)`` of each live process among ``pids``: a pid reused later differs."""
-    found = set()
-    for pid in pids:
-        with contextlib.suppress(OSError, IndexError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-            if fields[0] != "Z":  # a zombie is dead, waiting for its parent
-                found.add((pid, fields[19]))
-    return found
-
-
-def _signal_group(process: subprocess.Popen[Any], sig: signal.Signals) -> None:
-    """Signal the process group of a process not yet reaped (each has one of its own)."""
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, sig)

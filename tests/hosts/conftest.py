@@ -3,7 +3,6 @@ built once per session, removed at the end, and checked to have left nothing beh
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.hosts.bed import BedError, HostBed
+from tests.support.beds import namespaces_refused
 
 HERE = Path(__file__).resolve().parent
 INSTALL = HERE / "install.sh"
@@ -33,19 +33,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _unavailable() -> str | None:
     """Why this machine cannot build the bed at all (a skip), or None."""
-    if os.geteuid() != 0:
-        return (
-            "the hosts bed needs root (network namespaces, daemons): "
-            "run `sudo .venv/bin/python -m pytest tests/hosts -m hosts`"
-        )
-    if shutil.which("ip") is None:
-        return "the hosts bed needs iproute2's `ip` (apt-get install iproute2)"
-    probe = "nbh-probe"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"`ip netns add` is refused here: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None
+    return namespaces_refused(
+        "the hosts bed", ".venv/bin/python -m pytest tests/hosts -m hosts", "nbh-probe"
+    )
 
 
 def _missing() -> list[str]:

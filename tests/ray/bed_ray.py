@@ -43,6 +43,7 @@ from types import TracebackType
 from typing import Any, TextIO
 
 from tests.hosts.bed_net import ADDRESSES, MACHINES, NODES, BedError, Network
+from tests.support.beds import all_pids, identities, ns_pids, signal_group
 from tests.support.paths import pythonpath
 
 __all__ = ["ADDRESSES", "HEAD_ADDRESS", "MACHINES", "NODES", "BedError", "RayBed"]
@@ -209,10 +210,10 @@ class RayBed:
             return
         begin = time.monotonic()
         live = [process for process in self._processes() if process.poll() is None]
-        self._seen |= _identities([*self.net.pids(), *(process.pid for process in live)])
+        self._seen |= identities([*self.net.pids(), *(process.pid for process in live)])
         survivors = self.net.kill_all()
         for process in live:  # anything started outside the namespaces' reach
-            _signal_group(process, signal.SIGKILL)
+            signal_group(process, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=5)
         self.net.destroy()
@@ -233,7 +234,7 @@ class RayBed:
         left = self.net.leftovers()
         if self.root != Path() and self.root.exists():
             left.append(str(self.root))
-        left += [f"process {pid}" for pid, _ in self._seen & _identities(_all_pids())]
+        left += [f"process {pid}" for pid, _ in self._seen & identities(all_pids())]
         return left
 
     def _processes(self) -> list[subprocess.Popen[Any]]:
@@ -333,7 +334,7 @@ class RayBed:
                     if time.monotonic() > deadline:
                         raise BedError(f"a driver on login did not answer in {timeout + 30:.0f}s")
                 except BedError:
-                    _signal_group(driver, signal.SIGKILL)
+                    signal_group(driver, signal.SIGKILL)
                     driver.wait()
                     raise
         # Ray prints its own news on a driver's stdout too, before and after ours ("The node
@@ -394,8 +395,8 @@ class RayBed:
         test started there)."""
         ns = self.net.ns[node]
         deadline = time.monotonic() + timeout
-        while pids := _ns_pids(ns):
-            self._seen |= _identities(pids)
+        while pids := ns_pids(ns):
+            self._seen |= identities(pids)
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
@@ -434,30 +435,3 @@ class RayBed:
                         kib = int(value.split()[0]) * 1024
                         rss, pss = (rss + kib, pss) if name == "Rss" else (rss, pss + kib)
         return {"rss": rss, "pss": pss}
-
-
-def _ns_pids(ns: str) -> list[int]:
-    done = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=30)
-    return [int(pid) for pid in done.stdout.split()]
-
-
-def _all_pids() -> list[int]:
-    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
-
-
-def _identities(pids: Sequence[int]) -> set[tuple[int, str]]:
-    """``(pid, start time)`` of each live process among ``pids``: a pid reused later differs."""
-    found = set()
-    for pid in pids:
-        with contextlib.suppress(OSError, IndexError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-            if fields[0] != "Z":  # a zombie is dead, waiting for its parent
-                found.add((pid, fields[19]))
-    return found
-
-
-def _signal_group(process: subprocess.Popen[Any], sig: signal.Signals) -> None:
-    """Signal the process group of a process not yet reaped (each has one of its own)."""
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, sig)

@@ -5,15 +5,13 @@ behind."""
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.ray.bed_ray import BIN, BedError, RayBed
+from tests.support.beds import namespaces_refused
 
 HERE = Path(__file__).resolve().parent
 INSTALL_RAY = 'pip install -e ".[ray]"'
@@ -40,19 +38,9 @@ def _unavailable() -> str | None:
             f"the Ray bed needs Ray with its dashboard ({', '.join(missing) or 'the `ray` CLI'} "
             f"missing here): {INSTALL_RAY}"
         )
-    if os.geteuid() != 0:
-        return (
-            "the Ray bed needs root (network namespaces): "
-            "run `sudo .venv/bin/python -m pytest tests/ray -m ray`"
-        )
-    if shutil.which("ip") is None:
-        return "the Ray bed needs iproute2's `ip` (apt-get install iproute2)"
-    probe = "nbr-probe"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"`ip netns add` is refused here: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None
+    return namespaces_refused(
+        "the Ray bed", ".venv/bin/python -m pytest tests/ray -m ray", "nbr-probe"
+    )
 
 
 @pytest.fixture(scope="session")
