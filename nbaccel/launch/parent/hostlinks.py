@@ -4,10 +4,11 @@
 (``ssh ...``; with ``hosts="slurm"``, ``srun ...`` as a step of the job: ``slurmhosts.py``;
 with ``hosts="ray"``, a connection to the agent a Ray actor runs: ``rayagents.py``), reads its
 frames on one thread (``agent/wire.py``) and beats every second on another. Each remote rank
-is a :class:`RemoteLink`, a ``supervisor.WorkerLink``: its ``conn`` gets the rank's message
-bytes from the reader thread, its ``sentinel`` becomes readable when the agent reports the
-rank's exit, and its output goes into the relay's pipes of that rank, so the supervisor,
-the launch group and the relay treat it as they treat a local child.
+is a :class:`RemoteLink`, a ``supervisor.WorkerLink``: its ``conn`` is an ``inbox.Inbox``
+that the reader thread fills with the rank's messages and ends when the agent reports the
+rank's exit (the supervisor then reads the end as a local child's closed pipe, and polls the
+exit code), and its output goes into the relay's pipes of that rank, so the supervisor, the
+launch group and the relay treat it as they treat a local child.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import shlex
 import signal
 import threading
 import time
-from multiprocessing import Pipe
 
 from ..agent.wire import (
     Exit,
@@ -45,6 +45,7 @@ from ..spec import WorkerSpec
 from ..supervision.processes import close_link
 from .channels import AgentChannel
 from .errors import HostError
+from .inbox import Inbox
 
 __all__ = ["AGENT_MODULE", "AgentLink", "HostError", "RemoteLink", "ssh_argv"]
 
@@ -66,15 +67,16 @@ class RemoteLink:
         self.spec = spec
         self.agent = agent
         self.pid = -1
-        self.conn, self._feed = Pipe(duplex=False)
+        self.conn = Inbox()
         self.conn_open = True
-        self.sentinel, self._sentinel_w = os.pipe()
+        self.sentinel = -1  # the inbox's end tells the supervisor to poll the exit code
         self.exit_code: int | None = None
         self.outputs: dict[int, int] = {1: out_fd, 2: err_fd}  # stream -> relay's write end
         self._reported: int | None = None
         self.collective: CollectiveCall | None = None  # what it died in (its agent's note)
         self._lock = threading.Lock()
         self._started = threading.Event()
+        self._ended = threading.Event()
 
     # -- from the agent's reader thread ----------------------------------------------------------
     def started(self, pid: int) -> None:
@@ -82,10 +84,7 @@ class RemoteLink:
         self._started.set()
 
     def deliver(self, data: bytes) -> None:
-        with self._lock:
-            if self._reported is None:
-                with contextlib.suppress(OSError):
-                    self._feed.send_bytes(data)
+        self.conn.put(data)  # dropped after the end
 
     def write_output(self, stream: int, data: bytes) -> None:
         fd = self.outputs.get(stream)
@@ -115,8 +114,8 @@ class RemoteLink:
                 return
             self._reported = code
             self.collective = collective
-            self._feed.close()
-            os.close(self._sentinel_w)
+            self.conn.end()
+        self._ended.set()
         self._started.set()
 
     # -- the supervisor's side ---------------------------------------------------------------
@@ -147,12 +146,7 @@ class RemoteLink:
         if self.poll() is not None:
             return
         self.agent.send(Kill(self.spec.rank))
-        deadline = time.monotonic() + _KILL_WAIT_S
-        while self._reported is None and time.monotonic() < deadline:
-            with contextlib.suppress(OSError, EOFError):  # unblock the reader: drop messages
-                while self.conn_open and self.conn.poll(0.05):
-                    self.conn.recv_bytes()
-        if self._reported is None:
+        if not self._ended.wait(_KILL_WAIT_S):
             self.agent.declare_lost(f"rank {self.spec.rank} was not reported killed")
         self.poll()
 
