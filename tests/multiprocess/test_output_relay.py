@@ -322,6 +322,32 @@ def test_carriage_returns_split_lines_and_utf8_survives_split_reads() -> None:
     assert out.lines() == ["<0> " + line for line in expected]
 
 
+def test_a_fed_relay_cuts_and_prefixes_another_hosts_output_without_pipes() -> None:
+    """Ranks on other hosts: their agent's reader feeds the bytes; the same lines come out,
+    an unfinished line goes out at its stream's end or at close, and no descriptor is made."""
+    before = set(os.listdir("/proc/self/fd"))
+    out, err = Recorder(), Recorder()
+    relay = OutputRelay({3: "[node2 rank3]: ", 4: "[node2 rank4]: "}, out, err, fed=True)
+    with relay:
+        relay.feed(3, 1, b"hel")
+        assert out.getvalue() == ""
+        relay.feed(3, 1, b"lo\r 50%\r\nnext")
+        relay.feed(4, 2, "caf\u00e9".encode()[:-1])
+        relay.feed(4, 2, "caf\u00e9".encode()[-1:] + b"\n")
+        relay.feed(3, 1, b"")  # rank 3's stdout ended: its unfinished line goes out
+        relay.feed(3, 1, b"after its end")  # dropped
+        relay.feed(4, 1, b"cut short")  # its machine is lost: close flushes it
+        relay.feed(9, 1, b"not a rank of this relay\n")  # ignored
+        assert set(os.listdir("/proc/self/fd")) == before
+    assert out.lines() == [
+        "[node2 rank3]: hello",
+        "[node2 rank3]:  50%",
+        "[node2 rank3]: next",
+        "[node2 rank4]: cut short",
+    ]
+    assert err.lines() == ["[node2 rank4]: caf\u00e9"]
+
+
 @pytest.mark.multiprocess
 def test_broken_parent_stream_does_not_block_the_writer() -> None:
     class Broken(io.StringIO):

@@ -212,7 +212,8 @@ def test_the_package_loads_its_names_on_first_use_and_types_them_all() -> None:
     fresh = "import sys, nbaccel; print(sorted(m for m in sys.modules if '.fsdp' in m))"
     loaded = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True)
     assert loaded.returncode == 0, loaded.stderr
-    torch_fsdp = [m for m in ast.literal_eval(loaded.stdout) if m.startswith("torch.distributed.fsdp")]
+    modules = ast.literal_eval(loaded.stdout)
+    torch_fsdp = [m for m in modules if m.startswith("torch.distributed.fsdp")]
     assert torch_fsdp == [], loaded.stdout  # FSDP loads with the Accelerator only
     with pytest.raises(AttributeError, match="has no attribute 'not_a_name'"):
         nbaccel.not_a_name  # noqa: B018

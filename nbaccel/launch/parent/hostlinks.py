@@ -7,19 +7,19 @@ frames on one thread (``agent/wire.py``) and beats every second on another. Each
 is a :class:`RemoteLink`, a ``supervisor.WorkerLink``: its ``conn`` is an ``inbox.Inbox``
 that the reader thread fills with the rank's messages and ends when the agent reports the
 rank's exit (the supervisor then reads the end as a local child's closed pipe, and polls the
-exit code), and its output goes into the relay's pipes of that rank, so the supervisor, the
-launch group and the relay treat it as they treat a local child.
+exit code), and its output goes to the relay (``OutputRelay.feed``), which cuts and prefixes
+it as it does a local child's, so the supervisor, the launch group and the relay treat it as
+they treat a local child.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import shlex
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 from ..agent.wire import (
     Exit,
@@ -47,7 +47,10 @@ from .channels import AgentChannel
 from .errors import HostError
 from .inbox import Inbox
 
-__all__ = ["AGENT_MODULE", "AgentLink", "HostError", "RemoteLink", "ssh_argv"]
+__all__ = ["AGENT_MODULE", "AgentLink", "Feed", "HostError", "RemoteLink", "ssh_argv"]
+
+# (global rank, stream 1 or 2, bytes; b"": the stream ended) -> the relay
+Feed = Callable[[int, int, bytes], None]
 
 _BEAT_S = 1.0
 _KILL_WAIT_S = 10.0
@@ -63,7 +66,7 @@ _REACH = {
 class RemoteLink:
     """One rank run by a host's agent, as the supervisor sees a worker (``WorkerLink``)."""
 
-    def __init__(self, spec: WorkerSpec, agent: AgentLink, out_fd: int, err_fd: int) -> None:
+    def __init__(self, spec: WorkerSpec, agent: AgentLink, feed: Feed) -> None:
         self.spec = spec
         self.agent = agent
         self.pid = -1
@@ -71,7 +74,8 @@ class RemoteLink:
         self.conn_open = True
         self.sentinel = -1  # the inbox's end tells the supervisor to poll the exit code
         self.exit_code: int | None = None
-        self.outputs: dict[int, int] = {1: out_fd, 2: err_fd}  # stream -> relay's write end
+        self._feed = feed  # (rank, stream, bytes) -> the relay; b"": that stream ended
+        self._open_streams = {1, 2}
         self._reported: int | None = None
         self.collective: CollectiveCall | None = None  # what it died in (its agent's note)
         self._lock = threading.Lock()
@@ -87,24 +91,17 @@ class RemoteLink:
         self.conn.put(data)  # dropped after the end
 
     def write_output(self, stream: int, data: bytes) -> None:
-        fd = self.outputs.get(stream)
-        if fd is None:
+        """What the rank wrote to ``stream`` (1 or 2); ``b""``: that stream ended."""
+        if stream not in self._open_streams:
             return
-        if not data:  # that stream ended
-            self._close_output(stream)
-            return
-        view = memoryview(data)
-        try:
-            while view:
-                view = view[os.write(fd, view) :]
-        except OSError:
-            self._close_output(stream)
+        if not data:
+            self._open_streams.discard(stream)
+        self._feed(self.spec.rank, stream, data)
 
-    def _close_output(self, stream: int) -> None:
-        fd = self.outputs.pop(stream, None)
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+    def close_outputs(self) -> None:
+        """End the streams the rank did not end itself (its machine is gone)."""
+        for stream in sorted(self._open_streams):
+            self.write_output(stream, b"")
 
     def ended(self, code: int, collective: CollectiveCall | None = None) -> None:
         """The rank ended (or its machine was lost: ``-SIGKILL``), inside ``collective`` if
@@ -301,8 +298,7 @@ class AgentLink:
 
     def _close_outputs(self) -> None:
         for link in self.links.values():
-            for stream in list(link.outputs):
-                link._close_output(stream)
+            link.close_outputs()
 
     def close(self) -> None:
         """End the agent (the end of its input makes it kill what still runs) and its

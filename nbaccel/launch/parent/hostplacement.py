@@ -40,14 +40,14 @@ class OnHosts(Placement):
             config = up.config  # with the device the hosts decided
             prefixes = host_prefixes(config)
             out, err = request.streams if request.streams is not None else (None, None)
-            relay = OutputRelay(prefixes, out, err, line_sink=request.line_sink)
+            relay = OutputRelay(prefixes, out, err, line_sink=request.line_sink, fed=True)
             ranks = {rank: rank for rank in prefixes}  # the relay's keys: global ranks
             renderer = cell_renderer(config.display_ranks, ranks, prefixes, relay.drain)
             on_event = request.on_event
             chained = renderer.chain(on_event) if renderer is not None else on_event
             display = renderer is not None
             specs = [host_spec(up, r, request.attempt, display, request.work) for r in ranks]
-            self._starter = job_starter(up, specs, relay.child_fds)
+            self._starter = job_starter(up, specs, relay.feed)
         except BaseException:
             up.close()
             raise

@@ -40,7 +40,7 @@ from ..spec import WorkerPipes, WorkerSpec
 from ..supervision.supervisor import Starter, WorkerLink
 from ..wire import dumps_for_worker
 from .channels import ProcessChannel
-from .hostlinks import AgentLink, HostError, RemoteLink, ssh_argv
+from .hostlinks import AgentLink, Feed, HostError, RemoteLink, ssh_argv
 from .localranks import worker_env
 from .placement import RankWork
 from .watch import where_note
@@ -257,17 +257,16 @@ def host_spec(up: HostAgents, rank: int, attempt: int, display: bool, work: Rank
     )
 
 
-def job_starter(up: HostAgents, specs: list[WorkerSpec], relay_fds: Any) -> Starter:
+def job_starter(up: HostAgents, specs: list[WorkerSpec], feed: Feed) -> Starter:
     """The supervisor's ``starter`` for remote ranks: each rank gets a :class:`RemoteLink`
-    writing into the relay (``relay_fds(rank)``: the relay's write ends of that rank); the
-    first start on a host sends that host's ranks as one ``Job``, then each start waits
-    until the agent reports the rank running."""
+    whose output goes to ``feed`` (the relay's ``feed``); the first start on a host sends that
+    host's ranks as one ``Job``, then each start waits until the agent reports the rank
+    running."""
     hosts = up.config.hosts
     assert hosts is not None
     for spec in specs:
         agent = up.agent_of(spec.rank)
-        out_fd, err_fd = (os.dup(fd) for fd in relay_fds(spec.rank))
-        agent.links[spec.rank] = RemoteLink(spec, agent, out_fd, err_fd)
+        agent.links[spec.rank] = RemoteLink(spec, agent, feed)
     sent: set[int] = set()
 
     def start(spec: WorkerSpec, pipes: WorkerPipes | None, foreign: tuple[int, ...]) -> WorkerLink:

@@ -1,6 +1,8 @@
 """The output relay: every rank's output, rank-prefixed and line-whole, to the parent's streams.
 
-The worker's side (its fds 1 and 2 into the relay's pipes) is ``worker/redirect.py``.
+The worker's side (its fds 1 and 2 into the relay's pipes) is ``worker/redirect.py``. Ranks on
+other hosts have no pipes here: their agent's reader hands their output to :meth:`OutputRelay.feed`
+(``fed=True``), and it is cut into lines and prefixed the same way.
 """
 
 from __future__ import annotations
@@ -28,11 +30,14 @@ _LINE_END = re.compile(rb"\r\n|\n|\r")
 class _Pipe:
     """One captured stream of one rank: its pipe ends and its unfinished line."""
 
-    def __init__(self, prefix: str, stream: TextIO, local_rank: int = 0, name: str = "") -> None:
+    def __init__(
+        self, prefix: str, stream: TextIO, local_rank: int = 0, name: str = "", fed: bool = False
+    ) -> None:
         self.local_rank = local_rank
         self.name = name
-        self.read_fd, write_fd = os.pipe()
-        self.write_fd: int | None = write_fd
+        # a fed stream (a rank on another host) has no pipe: its bytes come through feed()
+        self.read_fd, write_fd = (-1, -1) if fed else os.pipe()
+        self.write_fd: int | None = None if fed else write_fd
         self.prefix = prefix
         self.stream = stream
         self.pending = bytearray()
@@ -80,6 +85,7 @@ class OutputRelay:
             "stderr", line)`` for every whole line (no prefix, no line end), after the line was
             written to the parent's stream; the launch dashboard shows per-rank output this way.
             Exceptions it raises are ignored.
+        fed: the ranks run on other hosts: no pipes, their output comes through :meth:`feed`.
     """
 
     def __init__(
@@ -88,6 +94,7 @@ class OutputRelay:
         stdout: TextIO | None = None,
         stderr: TextIO | None = None,
         line_sink: Callable[[int, str, str], None] | None = None,
+        fed: bool = False,
     ) -> None:
         self._line_sink = line_sink
         self._stdout: TextIO = sys.stdout if stdout is None else stdout
@@ -102,8 +109,8 @@ class OutputRelay:
         try:
             for local_rank, prefix in prefixes.items():
                 self._pipes[local_rank] = (
-                    _Pipe(prefix, self._stdout, local_rank, "stdout"),
-                    _Pipe(prefix, self._stderr, local_rank, "stderr"),
+                    _Pipe(prefix, self._stdout, local_rank, "stdout", fed),
+                    _Pipe(prefix, self._stderr, local_rank, "stderr", fed),
                 )
         except BaseException:
             self._close_fds()
@@ -149,10 +156,13 @@ class OutputRelay:
         """Start the reader thread (once); lines are streamed from now on."""
         if self._thread is not None or self._closed:
             return
+        if all(pipe.read_fd < 0 for pipe in self._all_pipes()):
+            return  # fed streams only: feed() streams them, nothing to read
         self._selector = selectors.DefaultSelector()
         for pipe in self._all_pipes():
-            os.set_blocking(pipe.read_fd, False)
-            self._selector.register(pipe.read_fd, selectors.EVENT_READ, pipe)
+            if pipe.read_fd >= 0:  # a fed stream has nothing to read
+                os.set_blocking(pipe.read_fd, False)
+                self._selector.register(pipe.read_fd, selectors.EVENT_READ, pipe)
         self._thread = threading.Thread(target=self._run, name="nbaccel-output-relay", daemon=True)
         self._thread.start()
 
@@ -174,6 +184,11 @@ class OutputRelay:
             return
         self.close_child_ends()
         self.start()
+        with self._read_lock:  # a fed stream's unfinished line goes out now
+            for pipe in self._all_pipes():
+                if pipe.read_fd < 0 and not pipe.eof:
+                    pipe.eof = True
+                    self._emit(pipe, pipe.take_segments(b"", final=True))
         self._closed = True
         thread = self._thread
         if thread is not None:
@@ -206,7 +221,7 @@ class OutputRelay:
     def _run(self) -> None:
         selector = self._selector
         assert selector is not None
-        open_pipes = len(self._all_pipes())
+        open_pipes = len(selector.get_map())
         try:
             while open_pipes and not self._stop.is_set():
                 for key, _ in selector.select(_POLL_S):
@@ -217,9 +232,22 @@ class OutputRelay:
                         open_pipes -= 1
         finally:
             for pipe in self._all_pipes():
-                if not pipe.eof:
+                if not pipe.eof and pipe.read_fd >= 0:
                     self._read(pipe, max_reads=_MAX_DRAIN_READS)
                     self._emit(pipe, pipe.take_segments(b"", final=True))
+
+    def feed(self, local_rank: int, stream: int, data: bytes) -> None:
+        """Stream what rank ``local_rank`` wrote to ``stream`` (1 or 2) on another host; ``b""``:
+        that stream ended (its unfinished line goes out). From the agent's reader thread."""
+        pipes = self._pipes.get(local_rank)
+        if pipes is None or stream not in (1, 2) or self._closed:
+            return
+        pipe = pipes[stream - 1]
+        with self._read_lock:
+            if pipe.eof:
+                return
+            pipe.eof = not data
+            self._emit(pipe, pipe.take_segments(data, final=pipe.eof))
 
     def drain(self, local_rank: int) -> None:
         """Stream now every whole line rank ``local_rank`` has written so far (from any thread).
