@@ -19,29 +19,24 @@ from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 from ..location import CollectiveCall, RankWhere
+from ..notes import OPS
 from ..states import RankKnown, WorkerPhase
 from .wheretable import describe_call, place, source_text
 
 __all__ = ["SAME_SHAPE_OPS", "Finding", "FindingKind", "find_problems", "whereabouts"]
 
-# collectives whose tensors have the same shape and dtype on every rank
-SAME_SHAPE_OPS = frozenset(
-    {
-        "all_reduce",
-        "all_reduce_coalesced",
-        "all_gather",
-        "all_gather_into_tensor",
-        "all_gather_single",
-        "all_gather_coalesced",
-        "broadcast",
-        "reduce",
-        "reduce_scatter",
-        "reduce_scatter_tensor",
-        "reduce_scatter_single",
-        "gather",
-        "scatter",
-    }
-)
+# collectives whose tensors have the same shape and dtype on every rank: all but those that
+# send pickles (of any size), all_to_all's (each rank its own splits) and the barriers
+SAME_SHAPE_OPS = frozenset(OPS) - {
+    "all_gather_object",
+    "broadcast_object_list",
+    "gather_object",
+    "scatter_object_list",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "monitored_barrier",
+}
 # seconds two ranks wait in collectives of different numbers, seen twice, before that counts
 _SETTLED_S = 1.0
 
