@@ -62,9 +62,7 @@ class OnHosts(Placement):
         return f"{verb} {self.up.describe()}; they meet at {self.up.master}:{self.up.port}."
 
     def start(self, supervisor: Supervisor) -> None:
-        """Start the relay's reader first (nothing forks here), then each rank via its agent."""
-        self.relay.close_child_ends()
-        self.relay.start()
+        """Start each rank via its agent (the relay has no pipes: the agents' readers feed it)."""
         self._flush()
         supervisor.start()
 
