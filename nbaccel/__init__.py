@@ -15,6 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .launch.parent.dashboards import Dashboard, register_dashboard_factory
+from .launch.parent.preloads import register_fork_preload
 from .module_paths import homes, names_of
 
 if TYPE_CHECKING:
@@ -92,6 +93,16 @@ def _widgets_dashboard() -> Dashboard:
 
 
 register_dashboard_factory(_widgets_dashboard)
+
+
+def _load_accelerator() -> None:
+    """Before ranks fork from the notebook: the Accelerator and its parts (FSDP's modules),
+    which a rank would otherwise import for itself at every launch."""
+    # the one heavy import of the package, loaded only when ranks are about to fork
+    from .training import accelerator
+
+
+register_fork_preload(_load_accelerator)
 
 
 def load_ipython_extension(shell: object) -> None:

@@ -32,6 +32,7 @@ from ..spec import WorkerPipes, WorkerSpec
 from ..supervision.supervisor import Supervisor
 from .banner import banner
 from .placement import Placement, PlaceRequest
+from .preloads import preload_for_fork
 from .relay import OutputRelay
 from .render import cell_renderer
 from .taskpipes import TaskPipes
@@ -113,6 +114,8 @@ class ThisMachine(Placement):
     def start(self, supervisor: Supervisor) -> None:
         """Start the workers, then the relay's reader (a fork must not copy its thread)."""
         self._flush()
+        if self.method == "fork":  # what every rank would import for itself, once here
+            preload_for_fork()
         try:
             supervisor.start()
             self.relay.close_child_ends()
