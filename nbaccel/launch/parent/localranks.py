@@ -115,7 +115,7 @@ class ThisMachine(Placement):
         """Start the workers, then the relay's reader (a fork must not copy its thread)."""
         self._flush()
         if self.method == "fork":  # what every rank would import for itself, once here
-            preload_for_fork()
+            preload_for_fork(display=any(spec.display for spec in self.specs))
         try:
             supervisor.start()
             self.relay.close_child_ends()

@@ -4,7 +4,8 @@
 not loaded there, so every forked rank that needs it would import it for itself, at every
 launch (the ``Accelerator`` with FSDP's modules: about half a second a rank). The layers above
 the launcher register here what a rank commonly needs (``nbaccel/__init__.py``: the
-``Accelerator``), and a launch that forks loads it once in the notebook first
+``Accelerator``; in a kernel, what the worker's display patches comes too), and a launch that
+forks loads it once in the notebook first
 (``localranks.ThisMachine.start``); later forks find it loaded. A host's agent does not load
 them: there each rank imports what its function uses.
 """
@@ -12,6 +13,8 @@ them: there each rank imports what its function uses.
 from __future__ import annotations
 
 from collections.abc import Callable
+
+from ..worker.display import load_before_fork
 
 __all__ = ["preload_for_fork", "register_fork_preload"]
 
@@ -27,7 +30,10 @@ def register_fork_preload(loader: Callable[[], None]) -> None:
         _LOADERS.append(loader)
 
 
-def preload_for_fork() -> None:
-    """Run every registered loader (a launch about to fork its ranks)."""
+def preload_for_fork(display: bool) -> None:
+    """Run every registered loader (a launch about to fork its ranks); with ``display`` (the
+    ranks send rich output and notebook bars to the cell) also what their display patches."""
+    if display:
+        load_before_fork()
     for loader in _LOADERS:
         loader()

@@ -128,11 +128,8 @@ def _start_fork(
     spec: WorkerSpec, pipes: WorkerPipes, read_fd: int, foreign: tuple[int, ...]
 ) -> WorkerHandle:
     # imported here: the child imports nothing before its redirect
-    from ..worker.display import load_before_fork
     from ..worker.main import run_worker
 
-    if spec.display:  # what each rank's display loads, loaded once here before it forks
-        load_before_fork()
     with _quiet_fork():
         pid = os.fork()
         if pid == 0:  # the child: never returns into the launcher's code
