@@ -2,7 +2,9 @@
 
 Step time of ZeRO-2 and ZeRO-3 through nbaccel's ``Accelerator`` (``notebook_launcher``, fork)
 against DeepSpeed driven by hand under torchrun (``deepspeed.initialize`` with the same config,
-``engine.backward`` / ``engine.step``), and against plain DDP through nbaccel's ``Accelerator``;
+``engine.backward`` / ``engine.step``), as a user runs it and again with nbaccel's malloc settings
+given through glibc's variables (what nbaccel's ranks set themselves: the Accelerator's own cost
+apart from the allocator's), and against plain DDP through nbaccel's ``Accelerator``;
 and the bytes of parameters + gradients + optimizer state per rank, ZeRO-3 against DDP.
 Targets: nbaccel at most 1.02x hand-written DeepSpeed's step time; ZeRO-3 at most 0.55x DDP's
 bytes. The ranks' code is :mod:`benchmarks.deepspeed_ranks`; the report
@@ -25,6 +27,8 @@ import time
 from dataclasses import asdict, replace
 from typing import Any
 
+from nbaccel.launch.worker import allocator
+
 from . import deepspeed_report, harness
 from .deepspeed_ranks import Setup, request
 
@@ -35,6 +39,11 @@ SUMMARY = "ms/step of ZeRO-2/3 via nbaccel vs hand-written DeepSpeed (torchrun) 
 SUBJECTS = deepspeed_report.SUBJECTS
 NBACCEL_RUNS = ["zero2", "zero3", "ddp"]  # one nbaccel launch, in this order
 HAND_RUNS = ["zero2", "zero3"]  # one torchrun launch: the same positions as nbaccel's
+# the second torchrun launch: glibc's own variables for the thresholds nbaccel's ranks fix
+TUNED_MALLOC = {
+    "MALLOC_MMAP_THRESHOLD_": str(allocator.MMAP_THRESHOLD),
+    "MALLOC_TRIM_THRESHOLD_": str(allocator.TRIM_THRESHOLD),
+}
 LOSS_RTOL = {"same_engine": 1e-6, "vs_ddp": 1e-4}
 TORCHRUN_TIMEOUT = 900
 
@@ -86,11 +95,15 @@ def _nbaccel_launch(setup: Setup) -> dict[str, Any]:
     return _per_subject("nbaccel_", ranks, setup)
 
 
-def _torchrun_launch(setup: Setup) -> dict[str, Any]:
+def _torchrun_launch(setup: Setup, tuned: bool = False) -> dict[str, Any]:
     """``python -m torch.distributed.run --standalone --nproc_per_node N -m
-    benchmarks.deepspeed_ranks``: fresh interpreters, as a user's script under torchrun."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    benchmarks.deepspeed_ranks``: fresh interpreters, as a user's script under torchrun;
+    ``tuned``: with :data:`TUNED_MALLOC` in their environment."""
+    drop = ("RANK", "WORLD_SIZE", "LOCAL_RANK", *TUNED_MALLOC)
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(OMP_NUM_THREADS=str(setup.threads), DS_ACCELERATOR="cpu")
+    if tuned:
+        env.update(TUNED_MALLOC)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(harness.ROOT), env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="nbaccel-bench-ds-") as tmp:
         command = [
@@ -122,19 +135,25 @@ def _torchrun_launch(setup: Setup) -> dict[str, Any]:
         for rank in range(setup.world):
             with open(os.path.join(tmp, f"rank{rank}.json"), encoding="utf-8") as handle:
                 ranks.append(json.load(handle))
-    return _per_subject("deepspeed_", ranks, setup)
+    return _per_subject("tuned_" if tuned else "deepspeed_", ranks, setup)
+
+
+def _tuned_torchrun_launch(setup: Setup) -> dict[str, Any]:
+    return _torchrun_launch(setup, tuned=True)
 
 
 # -- measuring -------------------------------------------------------------------------------
 def _measure(setup: Setup, reps: int, warmups: int) -> dict[str, list[dict[str, Any]]]:
     """``warmups`` uncounted rounds, then ``reps`` rounds; each round is one nbaccel launch and
-    one torchrun launch, the first of the two alternating from round to round."""
+    two torchrun launches (plain, then with nbaccel's malloc settings), their order rotating
+    from round to round."""
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SUBJECTS}
-    launches = [_nbaccel_launch, _torchrun_launch]
+    launches = [_nbaccel_launch, _torchrun_launch, _tuned_torchrun_launch]
     for rnd in range(warmups + reps):
         label = "warm-up" if rnd < warmups else f"rep {rnd - warmups + 1}/{reps}"
         results: dict[str, Any] = {}
-        for launch in launches if rnd % 2 == 0 else launches[::-1]:
+        turn = rnd % len(launches)
+        for launch in launches[turn:] + launches[:turn]:
             results.update(launch(setup))
         for subject, label_text in SUBJECTS.items():
             result = results[subject]
@@ -177,8 +196,8 @@ def check_same_training(runs: dict[str, list[dict[str, Any]]]) -> dict[str, floa
     rounding). Returns the largest relative loss differences."""
     worst: dict[str, float] = {}
     reference = runs["deepspeed_zero2"][0]["losses"]
-    for stage in ("zero2", "zero3"):
-        ours, hand = runs[f"nbaccel_{stage}"], runs[f"deepspeed_{stage}"]
+    for stage, by in [(s, by) for s in ("zero2", "zero3") for by in ("deepspeed", "tuned")]:
+        ours, hand = runs[f"nbaccel_{stage}"], runs[f"{by}_{stage}"]
         for a, b in zip(ours, hand, strict=True):
             differ = {k: (v, b["config"][k]) for k, v in a["config"].items() if v != b["config"][k]}
             if differ:
@@ -188,7 +207,7 @@ def check_same_training(runs: dict[str, list[dict[str, Any]]]) -> dict[str, floa
             worst[stage] = max(worst.get(stage, 0.0), found)
         if "memory" in ours[0]:
             _one_size(ours, f"{stage} through nbaccel")
-            _one_size(hand, f"{stage} by hand")
+            _one_size(hand, f"{stage} by hand ({by})")
             _same_but_the_copy(ours[0]["memory"], hand[0]["memory"], stage)
     for subject in ("nbaccel_zero3", "nbaccel_ddp"):
         key = f"{subject} vs deepspeed_zero2"

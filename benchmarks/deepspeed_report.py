@@ -14,14 +14,18 @@ NAME = "deepspeed"
 SUBJECTS: dict[str, str] = {
     "nbaccel_zero2": "nbaccel Accelerator, ZeRO-2",
     "deepspeed_zero2": "hand-written DeepSpeed, ZeRO-2",
+    "tuned_zero2": "by hand, nbaccel's malloc, ZeRO-2",
     "nbaccel_zero3": "nbaccel Accelerator, ZeRO-3",
     "deepspeed_zero3": "hand-written DeepSpeed, ZeRO-3",
+    "tuned_zero3": "by hand, nbaccel's malloc, ZeRO-3",
     "nbaccel_ddp": "nbaccel Accelerator, DDP (no plugin)",
 }
 TARGETS = {"time": 1.02, "memory": 0.55}
 _RATIOS = [  # subject, versus, target
     ("nbaccel_zero2", "deepspeed_zero2", TARGETS["time"]),
     ("nbaccel_zero3", "deepspeed_zero3", TARGETS["time"]),
+    ("nbaccel_zero2", "tuned_zero2", TARGETS["time"]),
+    ("nbaccel_zero3", "tuned_zero3", TARGETS["time"]),
     ("nbaccel_zero2", "nbaccel_ddp", None),
     ("nbaccel_zero3", "nbaccel_ddp", None),
 ]
@@ -149,21 +153,25 @@ def markdown(payload: dict[str, Any], command: str) -> str:
     lines = [
         f"## DeepSpeed ZeRO on CPU (`{NAME}`)",
         "",
-        "One MLP trained five ways on the same data for the same steps, in fp32 on",
+        "One MLP trained seven ways on the same data for the same steps, in fp32 on",
         f"{c['world']} CPU ranks (gloo, {c['threads']} torch thread(s) per rank):",
         f"{layers} x (Linear({width}, {width}) + ReLU), then Linear({width}, {c['classes']});",
-        f"AdamW, cross-entropy, synthetic data, {c['batch']} samples per rank per step. The five:",
+        f"AdamW, cross-entropy, synthetic data, {c['batch']} samples per rank per step. The seven:",
         "ZeRO-2 and ZeRO-3 through nbaccel's",
         "`Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=N))` (`prepare(model,",
         "optimizer, loader)`, `accelerator.backward(loss)`; launched with `notebook_launcher`,",
         "fork); the same two driven by hand (`deepspeed.init_distributed`, `deepspeed.initialize`",
         "with the config the plugin fills in, `engine.backward(loss)`, `engine.step()`) under",
-        "`python -m torch.distributed.run --nproc_per_node 2`; and plain DDP through nbaccel's",
-        "`Accelerator` without a plugin (clipping at 1.0 with `accelerator.clip_grad_norm_`, as",
-        "DeepSpeed's config clips).",
+        "`python -m torch.distributed.run --nproc_per_node 2`, as a user runs it; the same two",
+        "again with the malloc settings nbaccel's ranks fix for themselves, given through glibc's",
+        "variables (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`: the Accelerator's own",
+        'cost apart from the allocator\'s; docs/launcher.md, "Memory a rank frees"); and plain',
+        "DDP through nbaccel's `Accelerator` without a plugin (clipping at 1.0 with",
+        "`accelerator.clip_grad_norm_`, as DeepSpeed's config clips).",
         "",
-        "One round is one nbaccel launch (ZeRO-2, ZeRO-3, DDP in turn) and one torchrun launch",
-        "(ZeRO-2, ZeRO-3 in turn), the first of the two alternating from round to round. In each,",
+        "One round is one nbaccel launch (ZeRO-2, ZeRO-3, DDP in turn) and two torchrun launches",
+        "(ZeRO-2, ZeRO-3 in turn; plain, then with the malloc settings), their order rotating",
+        "from round to round. In each,",
         "every subject builds its model, runs its untimed steps, then times its steps one by",
         "one, each from fetching its batch to the end of its optimizer step (a step's time is",
         "the slowest rank's; a round's figure is its median step). Process start-up and engine",
@@ -228,20 +236,21 @@ def plot(payload: dict[str, Any]) -> Any:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (step, mem) = plt.subplots(1, 2, figsize=(11, 4.4), dpi=120, width_ratios=[2.2, 1])
+    fig, (step, mem) = plt.subplots(1, 2, figsize=(13, 4.6), dpi=120, width_ratios=[2.2, 1])
     items = list(payload["subjects"].values())
     med = [s["step_ms"]["median"] for s in items]
     err = [
         [m - s["step_ms"]["min"] for m, s in zip(med, items, strict=True)],
         [s["step_ms"]["max"] - m for m, s in zip(med, items, strict=True)],
     ]
-    colors = ["#1f77b4", "#7f7f7f", "#2ca02c", "#bcbd22", "#ff7f0e"]
+    palette = {"nbaccel": "#1f77b4", "deepspeed": "#7f7f7f", "tuned": "#bcbd22"}
+    colors = [palette[key.split("_")[0]] for key in payload["subjects"]]
     step.bar(range(len(items)), med, yerr=err, capsize=5, color=colors, alpha=0.85)
     for i, s in enumerate(items):
         values = s["step_ms"]["values"]
         step.scatter([i] * len(values), values, color="black", s=8, zorder=3)
     step.set_xticks(range(len(items)))
-    step.set_xticklabels([s["label"].replace(", ", "\n") for s in items], fontsize=8)
+    step.set_xticklabels([s["label"].replace(", ", "\n") for s in items], fontsize=7)
     step.set_ylabel("ms per step (median; bars min-max; dots: rounds)", fontsize=9)
     m = payload["memory"]
     keys = [k for k in ("ddp", "zero3", "hand_zero3") if k in m]

@@ -8,10 +8,10 @@ Cold launches of 2 nodes x 1 rank alternate between ``notebook_launcher(hosts="r
 Train's ``TorchTrainer(...).fit()`` (storage under STORAGE, shared by the nodes), one uncounted
 warm-up each first; each starts once the cluster's 2 CPUs are free again and the machine is
 quiet (the last subject's processes done exiting: at most a quarter of its cores busy over
-half a second); those waits are not timed. Then ``WorkerPool(hosts="ray")``: its start and its warm round trips. Last, the parts a
-launch is made of, timed alone: a placement group of the 2 bundles, a fresh actor on each node
-and ``import torch`` in it. Progress lines start with ``[progress]``; the last line is
-``RESULT {json}``.
+half a second); those waits are not timed. Then ``WorkerPool(hosts="ray")``: its start and
+its warm round trips. Last, the parts a launch is made of, timed alone: a placement group of
+the 2 bundles, a fresh actor on each node and ``import torch`` in it. Progress lines start
+with ``[progress]``; the last line is ``RESULT {json}``.
 """
 
 from __future__ import annotations

@@ -11,11 +11,13 @@ Launchers write the variables through :func:`launch_variables`, so the names liv
 
 from __future__ import annotations
 
+from .allocator import MALLOC_TUNING_VARIABLE, MallocChoice, read_malloc_choice
 from .deepspeed import (
     choose_deepspeed_accelerator,
     deepspeed_launch_variables,
     deepspeed_launched,
     deepspeed_ops_folder,
+    deepspeed_shm_buffer,
     read_deepspeed_launch,
 )
 from .detect import (
@@ -71,8 +73,10 @@ __all__ = [
     "CONFIG_FILE_VARIABLE",
     "COPIED_TO_HOSTS",
     "FP16_DEVICE_TYPES",
+    "MALLOC_TUNING_VARIABLE",
     "DeviceChoice",
     "LaunchEnvironment",
+    "MallocChoice",
     "accelerate_config_candidates",
     "choice_variables",
     "choose_deepspeed_accelerator",
@@ -83,6 +87,7 @@ __all__ = [
     "deepspeed_launch_variables",
     "deepspeed_launched",
     "deepspeed_ops_folder",
+    "deepspeed_shm_buffer",
     "environment_for_child",
     "fp16_fallback_warning",
     "fp16_unavailable_note",
@@ -104,6 +109,7 @@ __all__ = [
     "read_deepspeed_launch",
     "read_fsdp_launch",
     "read_launch_environment",
+    "read_malloc_choice",
     "sanity_fail_rank",
     "set_config_file_override",
     "set_fsdp_ram_efficient_loading",

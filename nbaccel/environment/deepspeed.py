@@ -23,6 +23,7 @@ __all__ = [
     "deepspeed_launch_variables",
     "deepspeed_launched",
     "deepspeed_ops_folder",
+    "deepspeed_shm_buffer",
     "read_deepspeed_launch",
 ]
 
@@ -104,3 +105,19 @@ def deepspeed_ops_folder(environ: Mapping[str, str] | None = None) -> str:
     build = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
     python = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
     return str(Path(root) / f"{python}_{build}")
+
+
+SHM_FOLDER = "/dev/shm"
+
+
+def deepspeed_shm_buffer(environ: Mapping[str, str], rank: int) -> Path | None:
+    """The shared-memory buffer DeepSpeed's CPU communication op makes for ``rank`` of the
+    launch whose variables are ``environ``, when every rank is on one machine
+    (``LOCAL_SIZE`` = the world size, which :func:`choose_deepspeed_accelerator` sets):
+    ``deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>`` in /dev/shm,
+    66 MB each, which DeepSpeed (0.19) never removes. None without an address and a port."""
+    address, port = environ.get("MASTER_ADDR"), environ.get("MASTER_PORT")
+    if not address or not port:
+        return None
+    name = f"deepspeed_allreduce_buffer_{os.getuid()}_{address}_{port}_{rank}"
+    return Path(SHM_FOLDER) / name

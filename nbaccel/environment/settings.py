@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ._vars import _bool_var, _environ, _int_var
+from .allocator import MALLOC_TUNING_VARIABLE
 
 CONFIG_FILE_VARIABLE = "NBACCEL_CONFIG_FILE"  # nbaccel launch sets it for its processes
 
@@ -129,6 +130,7 @@ COPIED_TO_HOSTS = (
     "MLFLOW_*",
     "COMET_*",
     "PYTHONHASHSEED",
+    MALLOC_TUNING_VARIABLE,
 )
 
 

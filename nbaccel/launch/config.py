@@ -24,6 +24,7 @@ from ..environment import (
     debug_mode_requested,
     fp16_fallback_warning,
     precision_in_effect,
+    read_malloc_choice,
     xla_available,
 )
 from ..validation import is_int, is_number
@@ -205,6 +206,7 @@ class LaunchConfig:
             **cls._checked(kwargs),
         )
         _check_display_ranks(config)
+        read_malloc_choice()  # a bad NBACCEL_MALLOC_TUNING fails here, before any rank
         if config.precision_falls_back:  # once, in the notebook; the ranks are told not to
             warnings.warn(fp16_fallback_warning(config.accelerator), UserWarning, stacklevel=3)
         return config

@@ -52,12 +52,17 @@ class PoolMagics(Magics):
                 "%nbaccel start: a pool is already running in this kernel; use "
                 "%nbaccel restart for a fresh one, or %nbaccel stop first."
             )
-        from ..launch.parent.pool import WorkerPool  # the pool's core lives with the launcher
+        from ..launch.parent.errors import HostError  # the pool's core lives with the launcher
+        from ..launch.parent.pool import WorkerPool
 
         try:
             pool = WorkerPool(**pool_options(options))
         except (ValueError, TypeError) as err:  # a bad value: say it as a usage error
             raise UsageError(f"%nbaccel start: {err}\nusage:\n{LINE_USAGE}") from None
+        except (HostError, ConnectionError, ImportError) as err:
+            # no machine, no cluster, no Ray: the message says what to do; a traceback of the
+            # launcher's own frames would only hide it
+            raise UsageError(f"%nbaccel start: {err}") from None
         self.pool = pool
         on = f" on {', '.join(pool.hosts)}" if pool.hosts is not None else ""
         print(f"nbaccel: a pool of {pool.world_size} processes{on} is ready.")

@@ -31,7 +31,16 @@ from nbaccel import Accelerator, PartialState, ProjectConfiguration, set_seed
 
 # /dev/shm names that a launcher, torch or multiprocessing would leave there. Other jobs on a
 # shared machine may write to /dev/shm too, so only these count as ours.
-_SHM_PREFIXES = ("torch_", "sem.", "mp-", "psm_", "pymp", "nbaccel", "wnsm_")
+_SHM_PREFIXES = (
+    "torch_",
+    "sem.",
+    "mp-",
+    "psm_",
+    "pymp",
+    "nbaccel",
+    "wnsm_",
+    "deepspeed_allreduce_buffer_",  # DeepSpeed's CPU communication op: the launcher removes it
+)
 
 EPOCHS = 3
 STEPS_PER_EPOCH = 4  # 32 samples, batch 4, 2 processes

@@ -4,6 +4,7 @@ a spawned launch runs one ZeRO-3 training check again."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import deepspeed_api_checks  # noqa: F401  (registers its checks with deepspeed_checks)
@@ -70,6 +71,35 @@ def _build_an_engine() -> str:
     loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
     engine, _, _ = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), loader)
     return type(engine).__name__
+
+
+def _engine_and_its_buffer(fail_on: int = -1) -> bool:
+    """Build a ZeRO-2 engine; whether DeepSpeed made this rank's shared-memory buffer (rank
+    ``fail_on`` raises then)."""
+    import os
+
+    from nbaccel.environment import deepspeed_shm_buffer
+
+    _build_an_engine()
+    rank = int(os.environ["RANK"])
+    buffer = deepspeed_shm_buffer(os.environ, rank)
+    if rank == fail_on:
+        raise ValueError(f"rank {rank} fails with its buffer at {buffer}")
+    return buffer is not None and buffer.exists()
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm")
+def test_deepspeeds_shared_memory_buffers_are_removed_when_the_ranks_end() -> None:
+    """DeepSpeed's CPU communication op makes a 66 MB buffer in /dev/shm per rank and never
+    removes it; the launcher removes them once the ranks have ended, or have been stopped
+    after one failed."""
+    pattern = f"deepspeed_allreduce_buffer_{os.getuid()}_*"
+    before = set(Path("/dev/shm").glob(pattern))
+    assert notebook_launcher(_engine_and_its_buffer, num_processes=2) == [True, True]
+    assert set(Path("/dev/shm").glob(pattern)) <= before
+    with pytest.raises(ValueError, match="rank 1 fails with its buffer at /dev/shm/deepspeed_"):
+        notebook_launcher(_engine_and_its_buffer, (1,), num_processes=2)
+    assert set(Path("/dev/shm").glob(pattern)) <= before
 
 
 def test_without_a_compiler_the_error_names_it(

@@ -131,6 +131,28 @@ def test_status_has_one_row_per_rank(pool: WorkerPool) -> None:
     assert [row["last_cell"] for row in pool.status()] == ["In [9]", "In [9]"]
 
 
+def test_a_rank_gives_back_the_memory_a_task_freed(pool: WorkerPool) -> None:
+    """A rank keeps freed memory for reuse while a task runs (``worker/allocator.py``), and
+    gives it back to the system once the task has replied: an idle rank does not hold what
+    a cell used and freed (200 MiB stays in the heap, below the trim threshold, until then)."""
+
+    def grow_and_free() -> int:
+        import torch
+
+        block = torch.ones(200 << 20, dtype=torch.uint8)
+        return int(block[-1])
+
+    before = [row["rss"] for row in pool.status()]
+    assert pool.run(grow_and_free) == [1, 1]
+    deadline = time.monotonic() + 20
+    while True:
+        grown = [row["rss"] - b for row, b in zip(pool.status(), before, strict=True)]
+        if all(g < 100 << 20 for g in grown) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert all(g < 100 << 20 for g in grown), grown
+
+
 def test_bad_arguments_fail_before_any_process_starts() -> None:
     before = psutil.Process().children(recursive=True)
     cases = [

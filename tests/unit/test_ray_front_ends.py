@@ -166,6 +166,16 @@ def test_a_ray_pool_without_a_cluster_is_refused_within_connect_timeout(
     assert _children() == before
 
 
+def test_the_magic_says_a_missing_cluster_without_a_traceback(nobody_answers: str) -> None:
+    """``%nbaccel start --hosts ray`` with nothing at ``RAY_ADDRESS``: IPython shows a
+    ``UsageError`` as its message alone; the pool is not started."""
+    magics = PoolMagics(None)
+    before = _children()
+    with pytest.raises(UsageError, match=f"^%nbaccel start: .*RAY_ADDRESS={nobody_answers}"):
+        magics.nbaccel_line("start -n 1 --hosts ray --connect_timeout 2")
+    assert magics.pool is None and _children() == before
+
+
 # -- nbaccel launch --------------------------------------------------------------------------
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ...environment import read_launch_environment
+from ...environment import read_launch_environment, read_malloc_choice
 from ...state import PartialState
 from ...state.handshake import enter
 from ...state.registry import STATE, reset_registry
@@ -27,6 +27,7 @@ from ..remote import capture_exception
 from ..spec import WorkerMode, WorkerPipes, WorkerSpec
 from ..states import RankState, WorkerPhase
 from ..tasks import CallTask
+from .allocator import give_back_freed_memory, keep_freed_memory
 from .bars import text_bars_in_worker
 from .collectives import keep_notes_in, track_collectives
 from .display import install_worker_display
@@ -63,6 +64,7 @@ class _Channel:
 def _prepare(spec: WorkerSpec, channel: _Channel, forked: bool) -> None:
     """Everything before a worker's first task: variables, state, display, threads."""
     os.environ.update(spec.env)  # launchers write the launch variables
+    keep_freed_memory(read_malloc_choice())  # see allocator.py: no page faults every step
     reset_registry()  # a forked worker must not inherit the notebook's state
     STATE.event_sink = channel.notify
     STATE.worker_rank = spec.rank
@@ -158,6 +160,7 @@ def _serve_tasks(
                 whereabouts.enter(WorkerPhase.IDLE, task.label)
             _flush_streams()  # the task's text reaches the relay before its reply
             channel.send(Reply(spec.rank, reply))
+            give_back_freed_memory()  # an idle rank holds only what it uses
     finally:
         inbox.close()
     if dist.is_initialized():
