@@ -11,8 +11,8 @@ unset NBACCEL_TIER_OPTIONAL  # a tier is optional only where this script says so
 unset OPENBLAS_CORETYPE_OVERRIDE 2>/dev/null || true
 
 echo "== ruff"
-python -m ruff check nbaccel tests
-python -m ruff format --check nbaccel tests
+python -m ruff check nbaccel tests benchmarks
+python -m ruff format --check nbaccel tests benchmarks
 echo "== mypy"
 python -m mypy
 echo "== import contracts (pyproject.toml's [tool.importlinter])"
