@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import statistics
 import time
@@ -83,11 +84,8 @@ def _collate(items: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _accelerator(subject: str) -> Any:
-    if subject == "nbaccel":
-        from nbaccel import Accelerator
-    else:
-        from accelerate import Accelerator
-    return Accelerator(cpu=True)
+    library = importlib.import_module("nbaccel" if subject == "nbaccel" else "accelerate")
+    return library.Accelerator(cpu=True)
 
 
 _COLLECTIVES = (

@@ -373,7 +373,7 @@ def run(options: argparse.Namespace) -> None:
     runs = _measure(config, subjects)
     check_same_training(runs)
     machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    payload = {
+    payload: dict[str, Any] = {
         "benchmark": NAME,
         "machine": machine,
         "config": asdict(config),

@@ -37,7 +37,14 @@ SUBJECTS = {
     "accelerate": "Accelerate Accelerator bf16",
 }
 BASELINE = "hand_written"
-_TINY = {"layers": 2, "heads": 2, "width": 64, "sequence": 64, "vocab": 512, "batch_size": 2}
+_TINY: dict[str, Any] = {
+    "layers": 2,
+    "heads": 2,
+    "width": 64,
+    "sequence": 64,
+    "vocab": 512,
+    "batch_size": 2,
+}
 
 
 # -- options -----------------------------------------------------------------------------------
@@ -348,7 +355,10 @@ def run(options: argparse.Namespace) -> None:
     config = _config(options, device)
     print(f"{NAME}: {[SUBJECTS[s] for s in (BASELINE, 'nbaccel', *peers)]}", flush=True)
     result = measure(config, options.gpt_peak_tflops, (BASELINE, "nbaccel", *peers))
-    payload = {"benchmark": NAME, "machine": harness.finish_machine(machine, started)}
+    payload: dict[str, Any] = {
+        "benchmark": NAME,
+        "machine": harness.finish_machine(machine, started),
+    }
     payload["gpu"] = result
     harness.publish(options, NAME, payload, markdown(result, payload["machine"]), _plot)
 

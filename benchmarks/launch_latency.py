@@ -318,7 +318,7 @@ def run(options: argparse.Namespace) -> None:
         variant: _measure_variant(variant, subjects, worlds, reps, options.latency_timeout)
         for variant in chosen
     }
-    payload = {
+    payload: dict[str, Any] = {
         "benchmark": NAME,
         "machine": harness.finish_machine(machine, started),
         "config": {

@@ -211,7 +211,7 @@ def run(options: argparse.Namespace) -> None:
     sums = {r["checksum"] for rs in runs.values() for r in rs}
     if max(sums) - min(sums) > 1e-6 * max(1.0, abs(statistics.median(sums))):
         raise RuntimeError(f"the subjects did not train alike: parameter sums {sorted(sums)}")
-    payload = {
+    payload: dict[str, Any] = {
         "benchmark": NAME,
         "machine": harness.finish_machine(machine, started),
         "config": asdict(config),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import re
 import shutil
@@ -160,12 +161,18 @@ class HostBed:
             log = slurm.log(f"sshd-{node}")
             sshd = self._daemon(f"sshd-{node}", node, sshd_argv(self.ssh.sshd_config(node), log))
             wanted = {(ADDRESSES[node], port) for port in PORTS[node]}
-            self._wait(sshd, "listening", lambda n=node, w=wanted: w <= self.net.listening(n))
+            self._wait(sshd, "listening", functools.partial(self._listening, node, wanted))
         ctld = self._daemon("slurmctld", "login", slurmctld_argv())
         self._wait(ctld, "`scontrol ping`", lambda: self._ok("login", ["scontrol", "ping"]))
         slurmds = [self._daemon(f"slurmd-{node}", node, slurmd_argv()) for node in NODES]
         for node, slurmd in zip(NODES, slurmds, strict=True):
-            self._wait(slurmd, "idle in sinfo", lambda n=node: self.node_state(n) == "idle")
+            self._wait(slurmd, "idle in sinfo", functools.partial(self._idle, node))
+
+    def _listening(self, node: str, wanted: set[tuple[str, int]]) -> bool:
+        return wanted <= self.net.listening(node)
+
+    def _idle(self, node: str) -> bool:
+        return self.node_state(node) == "idle"
 
     def _daemon(self, name: str, machine: str, argv: list[str], own_log: bool = True) -> Daemon:
         log = self.slurm.log(name)
