@@ -27,7 +27,7 @@ import time
 from dataclasses import asdict, replace
 from typing import Any
 
-from nbaccel.launch.worker import allocator
+from nbaccel.environment import malloc_variables
 
 from . import deepspeed_report, harness
 from .deepspeed_ranks import Setup, request
@@ -40,10 +40,7 @@ SUBJECTS = deepspeed_report.SUBJECTS
 NBACCEL_RUNS = ["zero2", "zero3", "ddp"]  # one nbaccel launch, in this order
 HAND_RUNS = ["zero2", "zero3"]  # one torchrun launch: the same positions as nbaccel's
 # the second torchrun launch: glibc's own variables for the thresholds nbaccel's ranks fix
-TUNED_MALLOC = {
-    "MALLOC_MMAP_THRESHOLD_": str(allocator.MMAP_THRESHOLD),
-    "MALLOC_TRIM_THRESHOLD_": str(allocator.TRIM_THRESHOLD),
-}
+TUNED_MALLOC = malloc_variables({})
 LOSS_RTOL = {"same_engine": 1e-6, "vs_ddp": 1e-4}
 TORCHRUN_TIMEOUT = 900
 

@@ -32,6 +32,8 @@ from ..environment import (
     deepspeed_launch_variables,
     fsdp_launch_variables,
     gloo_socket_interface,
+    malloc_variables,
+    read_malloc_choice,
     user_thread_count,
 )
 from ..launch.nodes.meeting import gloo_interface
@@ -125,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
     """Resolve the settings and run the script; returns its exit code."""
     try:
         resolved = resolve_from_args(args)
-    except ConfigError as exc:
+        read_malloc_choice()  # a bad NBACCEL_MALLOC_TUNING: said here, before any process
+    except (ConfigError, ValueError) as exc:
         print(f"nbaccel launch: {exc}", file=sys.stderr)
         return 2
     problem = check_hosts_flags(args, resolved)
@@ -189,6 +192,7 @@ def _child_environment(resolved: ResolvedLaunch, config_path: Path) -> dict[str,
         env["CUDA_VISIBLE_DEVICES"] = str(cfg.gpu_ids)
     if cfg.distributed_type == "XLA" and cfg.downcast_bf16 and cfg.mixed_precision == "bf16":
         env["XLA_DOWNCAST_BF16"] = "1"
+    env.update(malloc_variables())  # as a notebook's ranks: docs/launcher.md, "Memory a rank frees"
     if user_thread_count() is None and resolved.cpu:
         env["OMP_NUM_THREADS"] = str(
             max(1, (os.cpu_count() or 1) // resolved.processes_per_machine)

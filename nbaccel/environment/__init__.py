@@ -11,7 +11,14 @@ Launchers write the variables through :func:`launch_variables`, so the names liv
 
 from __future__ import annotations
 
-from .allocator import MALLOC_TUNING_VARIABLE, MallocChoice, read_malloc_choice
+from .allocator import (
+    MALLOC_TUNING_VARIABLE,
+    MMAP_THRESHOLD,
+    TRIM_THRESHOLD,
+    MallocChoice,
+    malloc_variables,
+    read_malloc_choice,
+)
 from .deepspeed import (
     choose_deepspeed_accelerator,
     deepspeed_launch_variables,
@@ -74,6 +81,8 @@ __all__ = [
     "COPIED_TO_HOSTS",
     "FP16_DEVICE_TYPES",
     "MALLOC_TUNING_VARIABLE",
+    "MMAP_THRESHOLD",
+    "TRIM_THRESHOLD",
     "DeviceChoice",
     "LaunchEnvironment",
     "MallocChoice",
@@ -101,6 +110,7 @@ __all__ = [
     "in_notebook",
     "launch_variables",
     "log_level_requested",
+    "malloc_variables",
     "nbaccel_default_config_path",
     "precision_in_effect",
     "precision_warned_variables",

@@ -8,9 +8,18 @@ from dataclasses import dataclass
 
 from ._vars import _bool_var, _environ
 
-__all__ = ["MALLOC_TUNING_VARIABLE", "MallocChoice", "read_malloc_choice"]
+__all__ = [
+    "MALLOC_TUNING_VARIABLE",
+    "MMAP_THRESHOLD",
+    "TRIM_THRESHOLD",
+    "MallocChoice",
+    "malloc_variables",
+    "read_malloc_choice",
+]
 
 MALLOC_TUNING_VARIABLE = "NBACCEL_MALLOC_TUNING"  # "0": leave every rank's malloc as it is
+MMAP_THRESHOLD = 256 << 20  # blocks below it come from the heap, and are reused there
+TRIM_THRESHOLD = 512 << 20  # free memory at the heap's top kept, up to this much
 
 # glibc's own variables for the same settings: a user who set one has chosen already
 _GLIBC_VARIABLES = (
@@ -54,3 +63,15 @@ def read_malloc_choice(environ: Mapping[str, str] | None = None) -> MallocChoice
         if allocator in preload:
             return MallocChoice(False, f"LD_PRELOAD loads {allocator}")
     return MallocChoice(True)
+
+
+def malloc_variables(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """glibc's own variables for the same thresholds, for a process that starts afresh
+    (``nbaccel launch``'s, which read them as they start); empty when
+    :func:`read_malloc_choice` says to leave malloc alone."""
+    if not read_malloc_choice(environ).tune:
+        return {}
+    return {
+        "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD),
+        "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD),
+    }

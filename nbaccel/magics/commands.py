@@ -52,8 +52,9 @@ class PoolMagics(Magics):
                 "%nbaccel start: a pool is already running in this kernel; use "
                 "%nbaccel restart for a fresh one, or %nbaccel stop first."
             )
-        from ..launch.parent.errors import HostError  # the pool's core lives with the launcher
-        from ..launch.parent.pool import WorkerPool
+        # the pool's core and its errors live with the launcher, loaded when a pool starts
+        from ..launch.parent.errors import HostError  # loaded with the pool's core
+        from ..launch.parent.pool import WorkerPool  # the pool's core lives with the launcher
 
         try:
             pool = WorkerPool(**pool_options(options))

@@ -23,8 +23,16 @@ RECORDER = textwrap.dedent(
     """
     import json, os, sys
     from pathlib import Path
+    import torch
     from nbaccel import Accelerator
     from nbaccel.config import config_in_force
+
+    def block_in_heap():  # a 40 MiB block: in the heap once malloc's thresholds are fixed
+        address = torch.empty(40 << 20, dtype=torch.uint8).data_ptr()
+        for line in open("/proc/self/maps"):
+            low, high = (int(x, 16) for x in line.split()[0].split("-"))
+            if low <= address < high:
+                return line.split()[-1] == "[heap]"
 
     accelerator = Accelerator()
     rank = accelerator.process_index
@@ -35,6 +43,7 @@ RECORDER = textwrap.dedent(
         "device": str(accelerator.device),
         "fsdp": resolved.config.fsdp_config.to_dict() if resolved else None,
         "pid": os.getpid(),
+        "block_in_heap": block_in_heap(),
     }))
     accelerator.wait_for_everyone()
     if len(sys.argv) > 2 and sys.argv[2] == "sleep":
@@ -70,6 +79,18 @@ def test_the_guides_yaml_drives_a_two_process_launch(work: Path) -> None:
     assert {r["mixed_precision"] for r in records} == {"bf16"}  # from the file
     assert {r["device"] for r in records} == {"cpu"}
     assert records[0]["fsdp"]["fsdp_sharding_strategy"] == "FULL_SHARD"  # carried through
+    # the processes keep freed memory for reuse, as a notebook's ranks do (glibc's variables)
+    assert [r["block_in_heap"] for r in records] == [True, True]
+
+
+def test_a_bad_malloc_tuning_value_is_refused_before_any_process(work: Path) -> None:
+    done = h.nbaccel(
+        "launch", "--num_processes", "2", "--cpu", "recorder.py", str(work / "out"),
+        home=work, NBACCEL_MALLOC_TUNING="sometimes",
+    )  # fmt: skip
+    assert done.returncode == 2, h.detail(done)
+    assert "nbaccel launch: Environment variable NBACCEL_MALLOC_TUNING='sometimes'" in done.stderr
+    assert _records(work / "out") == []
 
 
 def test_a_failing_scripts_exit_code_is_the_commands(work: Path) -> None:

@@ -21,12 +21,10 @@ import ctypes
 import os
 from typing import Any
 
-from ...environment import MallocChoice
+from ...environment import MMAP_THRESHOLD, TRIM_THRESHOLD, MallocChoice
 
-__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "give_back_freed_memory", "keep_freed_memory"]
+__all__ = ["give_back_freed_memory", "keep_freed_memory"]
 
-MMAP_THRESHOLD = 256 << 20  # blocks below it come from the heap, and are reused there
-TRIM_THRESHOLD = 512 << 20  # free memory at the heap's top kept, up to this much
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
 _TUNED: list[Any] = []  # the C library, once this process's thresholds are fixed
 
