@@ -34,8 +34,12 @@ SUMMARY = "GPT-style model in bf16 on one GPU: nbaccel vs hand-written autocast 
 SUBJECTS = {
     "hand_written": "hand-written torch.autocast bf16",
     "nbaccel": "nbaccel Accelerator bf16",
+    "nbaccel_plugin": "nbaccel Accelerator bf16, TorchDynamoPlugin",
     "accelerate": "Accelerate Accelerator bf16",
 }
+# compiled (--gpt_compile): the hand-written loop calls torch.compile(model); the Accelerators
+# get dynamo_backend="inductor" (nbaccel also as TorchDynamoPlugin(backend="inductor"))
+COMPILED_SUBJECTS = ("hand_written", "nbaccel", "nbaccel_plugin", "accelerate")
 BASELINE = "hand_written"
 _TINY: dict[str, Any] = {
     "layers": 2,
@@ -65,6 +69,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gpt_peak_tflops", type=float, default=None, help="dense bf16 peak for the MFU"
     )
     group.add_argument(
+        "--gpt_compile",
+        action="store_true",
+        help="every subject compiled with inductor (results: gpt_bf16_compiled)",
+    )
+    group.add_argument(
         "--gpt_device", default=None, help=argparse.SUPPRESS
     )  # development only: run on another device (e.g. a tiny model on "cpu")
 
@@ -82,7 +91,13 @@ def _config(options: argparse.Namespace, device: str) -> GPTConfig:
         "steps": options.gpt_steps,
         "reps": options.gpt_reps,
     }
+    base = replace(base, compiled=bool(getattr(options, "gpt_compile", False)))
     return replace(base, **{k: v for k, v in given.items() if v is not None})
+
+
+def label(subject: str, config: GPTConfig) -> str:
+    """The subject's name in tables, with ``+ inductor`` when compiled."""
+    return SUBJECTS[subject] + (" + inductor" if config.compiled else "")
 
 
 # -- one repetition, in its own process --------------------------------------------------------
@@ -117,6 +132,8 @@ def _step_function(
     )
     inputs, targets = ids[:, :-1].to(device), ids[:, 1:].to(device)
     if subject == "hand_written":
+        if config.compiled:
+            model = torch.compile(model)
 
         def step() -> torch.Tensor:
             optimizer.zero_grad(set_to_none=True)
@@ -127,12 +144,19 @@ def _step_function(
             return loss
 
         return model, optimizer, step
-    if subject == "nbaccel":
+    if subject.startswith("nbaccel"):
         from nbaccel import Accelerator  # imported by the subject that measures it only
+        from nbaccel.utils import TorchDynamoPlugin
     else:
         from accelerate import Accelerator  # type: ignore[no-redef]  # the peer, when measured
+        from accelerate.utils import TorchDynamoPlugin  # type: ignore[no-redef]
 
-    accelerator = Accelerator(mixed_precision="bf16", cpu=device.type == "cpu")
+    compiling: dict[str, Any] = {}
+    if config.compiled and subject == "nbaccel_plugin":
+        compiling["dynamo_plugin"] = TorchDynamoPlugin(backend="inductor")
+    elif config.compiled:
+        compiling["dynamo_backend"] = "inductor"
+    accelerator = Accelerator(mixed_precision="bf16", cpu=device.type == "cpu", **compiling)
     model, optimizer = accelerator.prepare(model, optimizer)
 
     def accelerated_step() -> torch.Tensor:
@@ -166,10 +190,13 @@ def _breakdown(
 
 
 def _repetition(subject: str, config: GPTConfig) -> dict[str, Any]:
-    """Build, warm up, time ``config.steps`` steps; what the parent needs."""
+    """Build, warm up, time ``config.steps`` steps; what the parent needs (the first step's
+    time apart: with ``compiled`` it holds the compilation)."""
     device = torch.device(config.device)
+    firsts: list[float] = []
     model, optimizer, step = _step_function(subject, config, device)
-    first = float(step().detach())
+    first_step_s = _timed(device, 1, lambda: firsts.append(float(step().detach())))
+    first = firsts[0]
     for _ in range(max(0, config.warmup_steps - 1)):
         step()
     losses: list[torch.Tensor] = []
@@ -182,6 +209,7 @@ def _repetition(subject: str, config: GPTConfig) -> dict[str, Any]:
         "flops_per_token": flops_per_token(inner, config),
         "parameters": sum(p.numel() for p in inner.parameters()),
         "first_loss": first,
+        "first_step_s": first_step_s,
         "loss": float(losses[-1]),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
@@ -206,8 +234,8 @@ def _in_fresh_process(subject: str, config: GPTConfig) -> dict[str, Any]:
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         raise RuntimeError(
-            f"{SUBJECTS[subject]}: the GPT repetition failed (exit status {done.returncode}):\n"
-            f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            f"{label(subject, config)}: the GPT repetition failed (exit status "
+            f"{done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         )
     return dict(json.loads(lines[-1]))
 
@@ -220,13 +248,13 @@ def measure(config: GPTConfig, peak: float | None, subjects: tuple[str, ...]) ->
         for subject in subjects:
             result = _in_fresh_process(subject, config)
             print(
-                f"  gpt rep {rep}/{config.reps} {SUBJECTS[subject]:<34} "
+                f"  gpt rep {rep}/{config.reps} {label(subject, config):<34} "
                 f"{1000 * result['step_s']:8.1f} ms/step {result['tokens_per_s']:10,.0f} "
                 f"tokens/s  loss {result['first_loss']:.4f} -> {result['loss']:.4f}",
                 flush=True,
             )
             if not math.isfinite(result["loss"]):
-                raise RuntimeError(f"{SUBJECTS[subject]}: the loss is {result['loss']}")
+                raise RuntimeError(f"{label(subject, config)}: the loss is {result['loss']}")
             runs[subject].append(result)
     firsts = {s: r[0]["first_loss"] for s, r in runs.items()}
     if max(firsts.values()) - min(firsts.values()) > 1e-2 * max(firsts.values()):
@@ -240,7 +268,8 @@ def measure(config: GPTConfig, peak: float | None, subjects: tuple[str, ...]) ->
         step = statistics.median(r["step_s"] for r in results)
         flops = results[0]["flops_per_token"] * tokens["median"]
         summary[subject] = {
-            "label": SUBJECTS[subject],
+            "label": label(subject, config),
+            "first_step_s": statistics.median(r["first_step_s"] for r in results),
             "tokens_per_s": tokens,
             "step_s": harness.summarise([r["step_s"] for r in results]),
             "step_vs_hand_written": step / base_step,
@@ -272,10 +301,11 @@ def markdown(result: dict[str, Any], machine: dict[str, Any] | None = None) -> s
     if not result.get("ran"):
         return f"## GPT bf16 on one GPU (`{NAME}`)\n\nNot run: {result['reason']}"
     c = result["config"]
+    compiled = bool(c.get("compiled"))
     rows = [
         "| Subject | ms/step median (min - max) | vs hand-written | vs Accelerate | tokens/s | "
-        "model TFLOP/s | MFU | peak memory |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "model TFLOP/s | MFU | peak memory | first step (compiling) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for item in result["subjects"].values():
         s = item["step_s"]
@@ -286,13 +316,22 @@ def markdown(result: dict[str, Any], machine: dict[str, Any] | None = None) -> s
             f"{1000 * s['max']:.1f}) | **{item['step_vs_hand_written']:.3f}x** | "
             + ("-" if versus is None else f"**{versus:.3f}x**")
             + f" | {item['tokens_per_s']['median']:,.0f} | {item['model_tflops_per_s']:.1f} | "
-            f"{mfu} | {item['max_memory_gib']:.1f} GiB |"
+            f"{mfu} | {item['max_memory_gib']:.1f} GiB | {item.get('first_step_s', 0.0):.1f} s |"
         )
     peak = result["peak_tflops"]
     peak_text = "unknown" if peak is None else f"{peak:g} TFLOP/s"
     parts = result["breakdown"]
+    title = f"## GPT bf16 compiled on one GPU (`{NAME} --gpt_compile`)" if compiled else None
+    how = (
+        "Compiled with inductor: the hand-written loop calls `torch.compile(model)`, the "
+        'Accelerators get `dynamo_backend="inductor"` (nbaccel also as '
+        '`TorchDynamoPlugin(backend="inductor")`); the first step, which compiles, is timed '
+        "apart and not in the step times."
+        if compiled
+        else ""
+    )
     lines = [
-        f"## GPT bf16 on one GPU (`{NAME}`)",
+        title or f"## GPT bf16 on one GPU (`{NAME}`)",
         "",
         f"One {result['device']}, torch {result['torch']}, CUDA {result['cuda']}. A GPT-style "
         f"model of {result['parameters'] / 1e9:.2f} billion parameters ({c['layers']} layers, "
@@ -301,7 +340,7 @@ def markdown(result: dict[str, Any], machine: dict[str, Any] | None = None) -> s
         f"bf16 autocast; {c['steps']} timed steps after {c['warmup_steps']} warm-up steps, "
         f"{c['reps']} repetitions per subject (a fresh process each, alternating). Step time "
         "ratios are of medians (below 1: faster). MFU = model FLOPs/s (6N + 12 x layers x "
-        f"width x sequence per token) / dense bf16 peak ({peak_text}).",
+        f"width x sequence per token) / dense bf16 peak ({peak_text}). {how}".rstrip(),
         "",
         *rows,
         "",
@@ -310,9 +349,11 @@ def markdown(result: dict[str, Any], machine: dict[str, Any] | None = None) -> s
         f"{1000 * parts['optimizer_s']:.1f} ms (medians, timed apart).",
     ]
     if machine is not None:
-        lines += ["", f"Every repetition is in `benchmarks/results/{NAME}.json`.", ""]
-        lines.append(harness.machine_markdown(machine, f"python -m benchmarks {NAME}"))
-        lines += ["", f"![{NAME}](img/{NAME}.png)"]
+        name = f"{NAME}_compiled" if compiled else NAME
+        command = f"python -m benchmarks {NAME}" + (" --gpt_compile" if compiled else "")
+        lines += ["", f"Every repetition is in `benchmarks/results/{name}.json`.", ""]
+        lines.append(harness.machine_markdown(machine, command))
+        lines += ["", f"![{name}](img/{name}.png)"]
     return "\n".join(lines)
 
 
@@ -330,7 +371,9 @@ def _plot(payload: dict[str, Any]) -> Any:
         [m - 1000 * i["step_s"]["min"] for m, i in zip(medians, subjects.values(), strict=True)],
         [1000 * i["step_s"]["max"] - m for m, i in zip(medians, subjects.values(), strict=True)],
     ]
-    ax.barh(labels, medians, xerr=spread, capsize=4, color=["#777", "#1565c0", "#ef6c00"])
+    palette = {"hand_written": "#777", "nbaccel": "#1565c0", "nbaccel_plugin": "#42a5f5"}
+    colors = [palette.get(key, "#ef6c00") for key in subjects]
+    ax.barh(labels, medians, xerr=spread, capsize=4, color=colors)
     ax.set_xlabel("ms per training step (median; bars min-max)")
     ax.set_title(f"GPT bf16, {payload['gpu']['device']}", fontsize=10)
     ax.grid(alpha=0.3, axis="x")
@@ -353,14 +396,17 @@ def run(options: argparse.Namespace) -> None:
         print(markdown({"ran": False, "reason": reason}))
         return
     config = _config(options, device)
-    print(f"{NAME}: {[SUBJECTS[s] for s in (BASELINE, 'nbaccel', *peers)]}", flush=True)
-    result = measure(config, options.gpt_peak_tflops, (BASELINE, "nbaccel", *peers))
+    ours = ("nbaccel", "nbaccel_plugin") if config.compiled else ("nbaccel",)
+    subjects = (BASELINE, *ours, *peers)
+    print(f"{NAME}: {[label(s, config) for s in subjects]}", flush=True)
+    result = measure(config, options.gpt_peak_tflops, subjects)
+    name = f"{NAME}_compiled" if config.compiled else NAME
     payload: dict[str, Any] = {
-        "benchmark": NAME,
+        "benchmark": name,
         "machine": harness.finish_machine(machine, started),
     }
     payload["gpu"] = result
-    harness.publish(options, NAME, payload, markdown(result, payload["machine"]), _plot)
+    harness.publish(options, name, payload, markdown(result, payload["machine"]), _plot)
 
 
 if __name__ == "__main__":  # one repetition: SUBJECT CONFIG_JSON; prints the result as JSON

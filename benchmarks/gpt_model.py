@@ -47,6 +47,7 @@ class GPTConfig:
     steps: int = 10
     reps: int = 3
     device: str = "cuda"
+    compiled: bool = False  # torch.compile (inductor) in every subject: see gpt_bf16.py
 
     def __post_init__(self) -> None:
         for name in ("layers", "heads", "width", "sequence", "vocab", "batch_size", "steps"):

@@ -18,7 +18,10 @@ __all__ = [
 ]
 
 MALLOC_TUNING_VARIABLE = "NBACCEL_MALLOC_TUNING"  # "0": leave every rank's malloc as it is
-MMAP_THRESHOLD = 256 << 20  # blocks below it come from the heap, and are reused there
+# blocks below it come from the heap, and are reused there: glibc's own largest automatic
+# threshold, so that no block is kept in the heap that glibc could not have put there itself
+# (larger ones, e.g. a 64 MiB layer being loaded, stay mappings of their own, given back at once)
+MMAP_THRESHOLD = 32 << 20
 TRIM_THRESHOLD = 512 << 20  # free memory at the heap's top kept, up to this much
 
 # glibc's own variables for the same settings: a user who set one has chosen already

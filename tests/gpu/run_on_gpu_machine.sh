@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The GPU checks, on a machine with one CUDA GPU and no network, from a copy of the checkout.
 #
-#   bash tests/gpu/run_on_gpu_machine.sh [tests] [bench]     (both when none is named)
+#   bash tests/gpu/run_on_gpu_machine.sh [tests] [bench] [compile]     (all when none is named)
+#
+# compile: the GPT benchmark with every subject compiled by inductor (issue 40's first point),
+# 2 repetitions a subject (the inductor cache makes the later compilations short).
 #
 # The machine's Python must already hold torch (CUDA), accelerate, cloudpickle, safetensors,
 # PyYAML, tqdm, psutil, numpy, nvidia-ml-py, matplotlib, pytest and pytest-timeout. What it lacks
@@ -14,7 +17,7 @@ cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/nbaccel-gpu}
 mkdir -p "${out}"
 exec > >(tee -a "${out}/gpu.log") 2>&1
-phases=${*:-tests bench}
+phases=${*:-tests bench compile}
 py=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 started=${SECONDS}
@@ -50,6 +53,10 @@ if [[ " ${phases} " == *" tests "* ]]; then
     "${py}" -m pytest tests/gpu -v -s -p no:cacheprovider --durations=0 || rc=1
 fi
 
+memory=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
+batch=()  # the default model and batch fill an 80 GB GPU; a larger one gets twice the batch
+if [ "${memory:-0}" -gt 120000 ]; then batch=(--gpt_batch 8); fi
+
 if [[ " ${phases} " == *" bench "* ]]; then
   echo "== the device's bf16 matrix-product ceiling (8192^3, median of 20 after 5 warm-ups)"
   "${py}" - <<'EOF'
@@ -63,13 +70,17 @@ for i in range(25):
         times.append(start.elapsed_time(end) / 1000)
 print(f"bf16 matmul: {2 * 8192**3 / statistics.median(times) / 1e12:.0f} TFLOP/s")
 EOF
-  # the default model and batch fill an 80 GB GPU; a larger one gets twice the batch
-  memory=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
-  batch=()
-  if [ "${memory:-0}" -gt 120000 ]; then batch=(--gpt_batch 8); fi
   echo "== python -m benchmarks gpt_bf16 ${batch[*]}"
   timeout --signal=TERM --kill-after=20 200 "${py}" -m benchmarks gpt_bf16 "${batch[@]}" || rc=1
   cp benchmarks/results/gpt_bf16.json docs/img/gpt_bf16.png "${out}/" 2>/dev/null
+  cp docs/benchmarks.md "${out}/benchmarks.md" 2>/dev/null
+fi
+
+if [[ " ${phases} " == *" compile "* ]]; then
+  echo "== python -m benchmarks gpt_bf16 --gpt_compile --gpt_reps 2 ${batch[*]}"
+  timeout --signal=TERM --kill-after=20 420 \
+    "${py}" -m benchmarks gpt_bf16 --gpt_compile --gpt_reps 2 "${batch[@]}" || rc=1
+  cp benchmarks/results/gpt_bf16_compiled.json docs/img/gpt_bf16_compiled.png "${out}/" 2>/dev/null
   cp docs/benchmarks.md "${out}/benchmarks.md" 2>/dev/null
 fi
 echo "== done in $((SECONDS - started)) s, exit ${rc}"

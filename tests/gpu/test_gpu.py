@@ -129,3 +129,21 @@ def test_the_gpt_bf16_benchmark_runs_every_subject_on_the_gpu() -> None:
         assert item["mfu"] is not None and 0 < item["mfu"] < 1, (result["device"], item)
         assert item["max_memory_gib"] > 0, item
     assert result["breakdown"]["forward_backward_s"] > 0, result["breakdown"]
+
+
+def test_the_compiled_gpt_benchmark_trains_the_same_model_in_every_subject() -> None:
+    """``--gpt_compile``: the hand-written loop under ``torch.compile`` and both Accelerators
+    with inductor (``dynamo_backend`` and ``TorchDynamoPlugin``) train the same model (the
+    first losses agree: checked inside ``measure``), and the first step, which compiles, is
+    timed apart."""
+    from benchmarks.gpt_bf16 import COMPILED_SUBJECTS, measure
+    from benchmarks.gpt_model import GPTConfig
+
+    config = GPTConfig(layers=2, heads=4, width=256, sequence=256, vocab=8192, batch_size=8,
+                       warmup_steps=2, steps=5, reps=1, compiled=True)  # fmt: skip
+    result = measure(config, None, COMPILED_SUBJECTS)
+    for subject in COMPILED_SUBJECTS:
+        item = result["subjects"][subject]
+        assert item["label"].endswith(" + inductor"), item
+        assert item["first_step_s"] > item["step_s"]["median"], item  # it compiled first
+        assert item["tokens_per_s"]["median"] > 0, item

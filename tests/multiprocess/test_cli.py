@@ -27,8 +27,8 @@ RECORDER = textwrap.dedent(
     from nbaccel import Accelerator
     from nbaccel.config import config_in_force
 
-    def block_in_heap():  # a 40 MiB block: in the heap once malloc's thresholds are fixed
-        address = torch.empty(40 << 20, dtype=torch.uint8).data_ptr()
+    def block_in_heap():  # a 24 MiB block: in the heap once malloc's thresholds are fixed
+        address = torch.empty(24 << 20, dtype=torch.uint8).data_ptr()
         for line in open("/proc/self/maps"):
             low, high = (int(x, 16) for x in line.split()[0].split("-"))
             if low <= address < high:

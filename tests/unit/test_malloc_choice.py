@@ -43,7 +43,7 @@ def test_a_value_that_is_not_yes_or_no_is_refused_with_the_values_to_use() -> No
     not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"), reason="glibc's malloc only"
 )
 def test_fixed_thresholds_keep_a_freed_block_in_the_heap_until_given_back() -> None:
-    """In a fresh interpreter: a 100 MiB block lies outside the heap (glibc maps it alone)
+    """In a fresh interpreter: a 24 MiB block lies outside the heap (glibc maps it alone)
     before, in the heap after the thresholds are fixed; freeing it keeps the heap's memory
     until ``give_back_freed_memory`` trims it."""
     script = """
@@ -61,11 +61,11 @@ def in_heap(address):
     return False
 def rss():
     return psutil.Process().memory_info().rss >> 20
-block = libc.malloc(100 << 20); print(in_heap(block)); libc.free(ctypes.c_void_p(block))
+block = libc.malloc(24 << 20); print(in_heap(block)); libc.free(ctypes.c_void_p(block))
 print(keep_freed_memory(MallocChoice(False)), keep_freed_memory(MallocChoice(True)))
-block = libc.malloc(100 << 20); print(in_heap(block))
-ctypes.memset(block, 1, 100 << 20); libc.free(ctypes.c_void_p(block))
-kept = rss(); give_back_freed_memory(); print(kept - rss() > 80)
+block = libc.malloc(24 << 20); print(in_heap(block))
+ctypes.memset(block, 1, 24 << 20); libc.free(ctypes.c_void_p(block))
+kept = rss(); give_back_freed_memory(); print(kept - rss() > 16)
 """
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True

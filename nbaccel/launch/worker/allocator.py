@@ -23,7 +23,7 @@ from typing import Any
 
 from ...environment import MMAP_THRESHOLD, TRIM_THRESHOLD, MallocChoice
 
-__all__ = ["give_back_freed_memory", "keep_freed_memory"]
+__all__ = ["give_back_freed_memory", "keep_freed_memory", "tuned"]
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
 _TUNED: list[Any] = []  # the C library, once this process's thresholds are fixed
@@ -64,3 +64,8 @@ def give_back_freed_memory() -> None:
     nothing when this process's thresholds were not fixed."""
     if _TUNED:
         _TUNED[0].malloc_trim(0)
+
+
+def tuned() -> bool:
+    """Whether this process's thresholds were fixed (by :func:`keep_freed_memory`)."""
+    return bool(_TUNED)
