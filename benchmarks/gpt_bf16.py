@@ -248,7 +248,7 @@ def measure(config: GPTConfig, peak: float | None, subjects: tuple[str, ...]) ->
         for subject in subjects:
             result = _in_fresh_process(subject, config)
             print(
-                f"  gpt rep {rep}/{config.reps} {label(subject, config):<34} "
+                f"  gpt rep {rep}/{config.reps} {label(subject, config):<56} "
                 f"{1000 * result['step_s']:8.1f} ms/step {result['tokens_per_s']:10,.0f} "
                 f"tokens/s  loss {result['first_loss']:.4f} -> {result['loss']:.4f}",
                 flush=True,
