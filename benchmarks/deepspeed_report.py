@@ -4,6 +4,7 @@ verdicts it prints and its plot (:mod:`benchmarks.deepspeed` measures)."""
 from __future__ import annotations
 
 import statistics
+import textwrap
 from typing import Any
 
 from . import harness
@@ -250,7 +251,8 @@ def plot(payload: dict[str, Any]) -> Any:
         values = s["step_ms"]["values"]
         step.scatter([i] * len(values), values, color="black", s=8, zorder=3)
     step.set_xticks(range(len(items)))
-    step.set_xticklabels([s["label"].replace(", ", "\n") for s in items], fontsize=7)
+    ticks = [textwrap.fill(s["label"].replace(",", ""), 16) for s in items]
+    step.set_xticklabels(ticks, fontsize=7)
     step.set_ylabel("ms per step (median; bars min-max; dots: rounds)", fontsize=9)
     m = payload["memory"]
     keys = [k for k in ("ddp", "zero3", "hand_zero3") if k in m]

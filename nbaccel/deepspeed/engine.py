@@ -3,13 +3,16 @@ optimizer and scheduler (the engine steps both inside ``Accelerator.backward``).
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import subprocess
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
 
-from ..environment import deepspeed_ops_folder
+from ..environment import deepspeed_ops_folder, deepspeed_shm_buffer
 from ..optim import AcceleratedOptimizer, AcceleratedScheduler
 
 __all__ = [
@@ -119,7 +122,36 @@ def initialize_engine(**kwargs: Any) -> tuple[Any, Any, Any]:
         if not _build_failure(exc):
             raise
         raise _compiler_error(exc) from exc
+    _remove_shm_buffer_at_exit()
     return engine, optimizer, scheduler
+
+
+_BUFFERS_REMOVED_AT_EXIT: list[Path] = []
+
+
+def _remove_shm_buffer_at_exit() -> None:
+    """DeepSpeed's CPU communication op made this rank's buffer in /dev/shm when the engine's
+    process group started (every rank on one machine) and never removes it: remove it when
+    this process ends normally, as a script under ``nbaccel launch`` or ``torchrun`` does.
+    (A rank that nbaccel's notebook launcher started ends without exit handlers; its launcher
+    removes the buffer once the rank has ended, however it ended.)"""
+    if _BUFFERS_REMOVED_AT_EXIT:
+        return
+    # torch.distributed: the engine has just joined its group
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return
+    buffer = deepspeed_shm_buffer(dist.get_rank())
+    if buffer is None:
+        return
+    _BUFFERS_REMOVED_AT_EXIT.append(buffer)
+    atexit.register(_remove, buffer)
+
+
+def _remove(buffer: Path) -> None:
+    with contextlib.suppress(OSError):
+        buffer.unlink(missing_ok=True)
 
 
 def share_master_partitions(engine: Any) -> int:

@@ -110,13 +110,15 @@ def deepspeed_ops_folder(environ: Mapping[str, str] | None = None) -> str:
 SHM_FOLDER = "/dev/shm"
 
 
-def deepspeed_shm_buffer(environ: Mapping[str, str], rank: int) -> Path | None:
+def deepspeed_shm_buffer(rank: int, environ: Mapping[str, str] | None = None) -> Path | None:
     """The shared-memory buffer DeepSpeed's CPU communication op makes for ``rank`` of the
-    launch whose variables are ``environ``, when every rank is on one machine
+    launch whose variables are ``environ`` (this process's by default), when every rank is on
+    one machine
     (``LOCAL_SIZE`` = the world size, which :func:`choose_deepspeed_accelerator` sets):
     ``deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>`` in /dev/shm,
     66 MB each, which DeepSpeed (0.19) never removes. None without an address and a port."""
-    address, port = environ.get("MASTER_ADDR"), environ.get("MASTER_PORT")
+    env = _environ(environ)
+    address, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
     if not address or not port:
         return None
     name = f"deepspeed_allreduce_buffer_{os.getuid()}_{address}_{port}_{rank}"

@@ -82,7 +82,7 @@ def _engine_and_its_buffer(fail_on: int = -1) -> bool:
 
     _build_an_engine()
     rank = int(os.environ["RANK"])
-    buffer = deepspeed_shm_buffer(os.environ, rank)
+    buffer = deepspeed_shm_buffer(rank)
     if rank == fail_on:
         raise ValueError(f"rank {rank} fails with its buffer at {buffer}")
     return buffer is not None and buffer.exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -88,9 +89,16 @@ CONFIG = textwrap.dedent(
 )
 
 
+def _buffers() -> set[Path]:
+    """DeepSpeed's shared-memory buffers of this user (``deepspeed_shm_buffer``)."""
+    return set(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*"))
+
+
 def _launch(home: Path, *options: str) -> tuple[str, list[dict[str, Any]]]:
     """``nbaccel launch OPTIONS script.py out``: its stderr up to the banner (the notes on
-    the config file, then the banner line) and each rank's record."""
+    the config file, then the banner line) and each rank's record. The processes leave no
+    DeepSpeed buffer in /dev/shm behind (each removes its own as it ends)."""
+    before = _buffers()
     (home / "script.py").write_text(SCRIPT)
     (home / "out").mkdir()
     done = h.nbaccel(
@@ -104,6 +112,7 @@ def _launch(home: Path, *options: str) -> tuple[str, list[dict[str, Any]]]:
     assert done.returncode == 0, h.detail(done)
     records = [json.loads(p.read_text()) for p in sorted((home / "out").glob("rank*.json"))]
     assert len(records) == 2, h.detail(done)
+    assert _buffers() <= before, _buffers() - before
     lines = done.stderr.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("nbaccel launch: "))
     return "\n".join(lines[: at + 1]), records

@@ -201,7 +201,7 @@ class Supervisor:
             with contextlib.suppress(OSError):
                 handle.close()
         for spec in self.specs:
-            buffer = deepspeed_shm_buffer(spec.env, spec.rank)
+            buffer = deepspeed_shm_buffer(spec.rank, spec.env)
             if buffer is not None:
                 with contextlib.suppress(OSError):
                     buffer.unlink(missing_ok=True)
